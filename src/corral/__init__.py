@@ -1,0 +1,3 @@
+"""corral: a GPU cluster scheduler and workload manager."""
+
+__version__ = "0.1.0"

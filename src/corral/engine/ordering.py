@@ -1,0 +1,130 @@
+"""Fairness order: which queue, and which workload in it, is served next.
+
+Queues are chosen level by level from the root. Among siblings the order is:
+1. a queue that stays within its deserved quota even with its candidate workload;
+2. higher queue priority;
+3. the smallest share of its allotment (the larger of deserved quota and fair share)
+   counting the candidate workload, taking the dominant resource;
+4. the older queue.
+Within a leaf queue: higher workload priority, then a workload's minimum gang before the
+growth of elastic workloads (fewest extra tasks first), then the older workload.
+
+Keys change only for the queue that was just served and its ancestors, so each parent
+keeps a heap of its children and entries are invalidated by version, not rebuilt.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from corral.engine.state import QueueState, WorkloadState
+from corral.model.resources import EPSILON
+
+Request = tuple[float, float, float]
+QueueKey = tuple[int, int, float, float, int]
+
+
+@dataclass(slots=True)
+class Candidate:
+    """Tasks of one workload to place together: its minimum gang, or one growth task."""
+
+    workload: WorkloadState
+    tasks: list[int]
+    request: Request
+    growth: bool
+
+
+def queue_key(queue: QueueState, request: Request) -> QueueKey:
+    alloc = queue.alloc
+    deserved = queue.deserved
+    starved = True
+    share = 0.0
+    for resource in range(3):
+        amount = alloc[resource] + request[resource]
+        if amount > deserved[resource] + EPSILON:
+            starved = False
+        allotment = queue.allotment(resource)
+        if math.isinf(allotment) or amount <= EPSILON:
+            continue
+        share = math.inf if allotment <= EPSILON else max(share, amount / allotment)
+    return (0 if starved else 1, -queue.priority, share, alloc[0] + request[0], queue.age)
+
+
+class FairOrder:
+    """A hierarchical priority queue of candidates."""
+
+    def __init__(self, queues: list[QueueState]) -> None:
+        self._queues = {queue.name: queue for queue in queues}
+        self._version = dict.fromkeys(self._queues, 0)
+        # Heaps of children keyed by the parent's name; "" is the root.
+        self._children: dict[str, list[tuple[QueueKey, int, str, Request]]] = {"": []}
+        for queue in queues:
+            self._children.setdefault(queue.name, [])
+        self._leaves: dict[str, list[tuple[int, int, int, float, int, Candidate]]] = {
+            queue.name: [] for queue in queues if queue.leaf
+        }
+        self._sequence = 0
+
+    def add(self, candidate: Candidate) -> None:
+        """Queue a candidate; call `refresh` for its queue before the next `pop`."""
+        workload = candidate.workload
+        extra = len(workload.running) - workload.workload.min_tasks if candidate.growth else 0
+        self._sequence += 1
+        entry = (
+            -workload.workload.priority,
+            1 if candidate.growth else 0,
+            extra,
+            workload.workload.submitted,
+            self._sequence,
+            candidate,
+        )
+        heapq.heappush(self._leaves[workload.queue.name], entry)
+
+    def refresh(self, leaf: QueueState) -> None:
+        """Recompute the keys of `leaf` and its ancestors after it changed."""
+        for queue in leaf.path:
+            self._refresh(queue)
+
+    def refresh_all(self, queues: list[QueueState]) -> None:
+        for queue in sorted(queues, key=lambda queue: -len(queue.path)):
+            self._refresh(queue)
+
+    def pop(self) -> Candidate | None:
+        """The next candidate in fairness order. Call `refresh` for its queue afterwards."""
+        heap = self._children[""]
+        while True:
+            self._clean(heap)
+            if not heap:
+                return None
+            name = heap[0][2]
+            if name in self._leaves:
+                return heapq.heappop(self._leaves[name])[-1]
+            heap = self._children[name]
+
+    def _refresh(self, queue: QueueState) -> None:
+        name = queue.name
+        self._version[name] += 1
+        request: Request | None = None
+        if name in self._leaves:
+            leaf = self._leaves[name]
+            if leaf:
+                request = leaf[0][-1].request
+        else:
+            heap = self._children[name]
+            self._clean(heap)
+            if heap:
+                request = heap[0][3]
+        if request is None:
+            return
+        parent = queue.parent.name if queue.parent else ""
+        heapq.heappush(
+            self._children[parent],
+            (queue_key(queue, request), self._version[name], name, request),
+        )
+
+    def _clean(self, heap: list[tuple[QueueKey, int, str, Request]]) -> None:
+        version = self._version
+        while heap and heap[0][1] != version[heap[0][2]]:
+            heapq.heappop(heap)

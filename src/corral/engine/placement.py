@@ -1,0 +1,316 @@
+"""Where tasks go: nodes, devices, fractions and topology domains.
+
+`Placer.place` binds a set of tasks of one workload into the tentative state, all of them
+or none (a gang), and says why when they do not fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from corral.engine.state import ClusterState, NodeState, WorkloadState, natural_key
+from corral.model import Placement, SchedulerConfig, TaskGroup
+from corral.model.resources import EPSILON, format_gpus, format_memory, plural_gpus
+
+Allowed = frozenset[int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A placement that did not work: how many tasks fitted, and why not all."""
+
+    placed: int
+    reason: str
+
+
+def describe_task(group: TaskGroup) -> str:
+    """ "1 GPU", "0.5 GPU", "20GiB of GPU memory", with CPU and memory when asked for."""
+    parts = []
+    if group.gpu_memory > 0:
+        parts.append(f"{format_memory(group.gpu_memory)} of GPU memory")
+    elif group.gpu > 0:
+        parts.append(plural_gpus(group.gpu))
+    if group.cpu > 0:
+        parts.append(f"{format_gpus(group.cpu)} CPU cores")
+    if group.memory > 0:
+        parts.append(f"{format_memory(group.memory)} memory")
+    return ", ".join(parts) or "no resources"
+
+
+def selector_text(selector: Mapping[str, tuple[str, ...]]) -> str:
+    return ", ".join(f"{key}={'|'.join(values)}" for key, values in sorted(selector.items()))
+
+
+class Placer:
+    """Places tasks into a ClusterState according to the scheduler configuration."""
+
+    def __init__(self, state: ClusterState, config: SchedulerConfig) -> None:
+        self.state = state
+        self.binpack = config.placement == "binpack"
+        self.pack_fractions = config.gpu_placement == "pack"
+        self._eligible: dict[tuple[tuple[str, tuple[str, ...]], ...], frozenset[int]] = {}
+        self._max_device_memory = max(
+            (node.node.gpu_memory for node in state.nodes if node.node.gpus), default=0
+        )
+
+    # -- which nodes a workload may use ---------------------------------------------
+
+    def eligible(self, workload: WorkloadState) -> Allowed:
+        """Schedulable nodes matching the workload's node selector; None means all of them."""
+        selector = workload.workload.node_selector
+        if not selector:
+            return None
+        key = tuple(sorted(selector.items()))
+        found = self._eligible.get(key)
+        if found is None:
+            found = frozenset(
+                node.index
+                for node in self.state.nodes
+                if node.node.schedulable
+                and all(node.node.label(label) in values for label, values in selector.items())
+            )
+            self._eligible[key] = found
+        return found
+
+    def nodes_of(self, allowed: Allowed) -> Iterable[NodeState]:
+        if allowed is None:
+            return (node for node in self.state.nodes if node.node.schedulable)
+        return (self.state.nodes[index] for index in sorted(allowed))
+
+    # -- placing a gang ----------------------------------------------------------------
+
+    def place(self, workload: WorkloadState, tasks: list[int]) -> list[Placement] | Failure:
+        """Bind `tasks` of `workload` into the state, all or none."""
+        allowed = self.eligible(workload)
+        if allowed is not None and not allowed:
+            selector = selector_text(workload.workload.node_selector)
+            return Failure(0, f"no schedulable node matches node selector {selector}")
+        topology = workload.workload.topology
+        if topology is None:
+            result = self._place_all(workload, tasks, allowed)
+            if isinstance(result, int):
+                return Failure(result, self._explain(workload, tasks, result, allowed, None))
+            return result
+        best = 0
+        for domain_nodes in self._domains(workload, tasks, topology.key, allowed):
+            outcome = self._place_all(workload, tasks, domain_nodes)
+            if not isinstance(outcome, int):
+                return outcome
+            best = max(best, outcome)
+        if not topology.required:
+            result = self._place_all(workload, tasks, allowed)
+            if isinstance(result, int):
+                return Failure(result, self._explain(workload, tasks, result, allowed, None))
+            return result
+        best = max(best, self._best_partial(workload, tasks, topology.key, allowed))
+        return Failure(best, self._explain(workload, tasks, best, allowed, topology.key))
+
+    def _place_all(
+        self, workload: WorkloadState, tasks: list[int], allowed: Allowed
+    ) -> list[Placement] | int:
+        """Place every task or none; on failure returns how many had fitted."""
+        state = self.state
+        mark = state.checkpoint()
+        placements: list[Placement] = []
+        for task in tasks:
+            placement = self.place_task(workload.tasks[task], task, allowed)
+            if placement is None:
+                state.rollback(mark)
+                return len(placements)
+            state.bind(workload, placement)
+            placements.append(placement)
+        return placements
+
+    def _domains(
+        self, workload: WorkloadState, tasks: list[int], key: str, allowed: Allowed
+    ) -> list[frozenset[int]]:
+        """Domains of label `key` with room for the tasks, fullest first."""
+        request = sum(self.nominal_gpu(workload.tasks[task]) for task in tasks)
+        domains = self._group_by_label(key, allowed)
+        ranked = []
+        for value, members in domains.items():
+            free = sum(self.state.nodes[index].free_gpu for index in members)
+            if free + EPSILON < request:
+                continue
+            fullness = request / free if free > 0 else 1.0
+            ranked.append((-fullness, natural_key(value), members))
+        ranked.sort(key=lambda item: (item[0], item[1]))
+        return [members for _, _, members in ranked]
+
+    def _best_partial(
+        self, workload: WorkloadState, tasks: list[int], key: str, allowed: Allowed
+    ) -> int:
+        """The most tasks that fit in any single domain (only used to explain a failure)."""
+        best = 0
+        for members in self._group_by_label(key, allowed).values():
+            mark = self.state.checkpoint()
+            outcome = self._place_all(workload, tasks, members)
+            self.state.rollback(mark)
+            best = max(best, outcome if isinstance(outcome, int) else len(tasks))
+        return best
+
+    def _group_by_label(self, key: str, allowed: Allowed) -> dict[str, frozenset[int]]:
+        groups: dict[str, set[int]] = {}
+        for node in self.nodes_of(allowed):
+            value = node.node.label(key)
+            if value is not None:
+                groups.setdefault(value, set()).add(node.index)
+        return {value: frozenset(members) for value, members in groups.items()}
+
+    def nominal_gpu(self, group: TaskGroup) -> float:
+        if group.gpu_memory > 0 and self._max_device_memory:
+            return group.gpu_memory / self._max_device_memory
+        return group.gpu
+
+    # -- placing one task --------------------------------------------------------------
+
+    def place_task(self, group: TaskGroup, task: int, allowed: Allowed) -> Placement | None:
+        """The best spot for one task given the current state, or None. Binds nothing."""
+        if group.fractional:
+            return self._place_fraction(group, task, allowed)
+        if group.gpu >= 1:
+            count = int(group.gpu)
+            node = self._node_with_free_devices(count, group, allowed)
+            if node is None:
+                return None
+            return Placement(task, node.name, node.free_devices(count), float(count))
+        return self._place_cpu_only(group, task, allowed)
+
+    def _node_with_free_devices(
+        self, count: int, group: TaskGroup, allowed: Allowed
+    ) -> NodeState | None:
+        """binpack: the node with the fewest wholly free devices that has `count`;
+        spread: the one with the most. Ties go to the first name."""
+        state = self.state
+        if count > state.max_devices:
+            return None
+        counts = (
+            range(count, state.max_devices + 1)
+            if self.binpack
+            else range(state.max_devices, count - 1, -1)
+        )
+        nodes = state.nodes
+        cpu = group.cpu - EPSILON
+        memory = group.memory - EPSILON
+        for free in counts:
+            for index in state.buckets[free]:
+                if allowed is not None and index not in allowed:
+                    continue
+                node: NodeState = nodes[index]
+                if node.free_cpu >= cpu and node.free_memory >= memory:
+                    return node
+        return None
+
+    def _place_fraction(self, group: TaskGroup, task: int, allowed: Allowed) -> Placement | None:
+        if self.pack_fractions:
+            return self._shared_device(group, task, allowed, fullest=True) or self._fresh_device(
+                group, task, allowed
+            )
+        return self._fresh_device(group, task, allowed) or self._shared_device(
+            group, task, allowed, fullest=False
+        )
+
+    def _fresh_device(self, group: TaskGroup, task: int, allowed: Allowed) -> Placement | None:
+        state = self.state
+        counts = range(1, state.max_devices + 1)
+        if not self.binpack:
+            counts = range(state.max_devices, 0, -1)
+        for free in counts:
+            for index in state.buckets[free]:
+                if allowed is not None and index not in allowed:
+                    continue
+                node = state.nodes[index]
+                amount = group.gpu_on(node.node)
+                if amount > 1.0 + EPSILON or not self._host_fits(node, group):
+                    continue
+                return Placement(task, node.name, node.free_devices(1), amount)
+        return None
+
+    def _shared_device(
+        self, group: TaskGroup, task: int, allowed: Allowed, fullest: bool
+    ) -> Placement | None:
+        """A partly used device with room: the fullest that fits (pack) or the emptiest."""
+        state = self.state
+        lowest = self.nominal_gpu(group) - EPSILON
+        candidates = state.partial.irange(minimum=(lowest,)) if fullest else reversed(state.partial)
+        for free, index, device in candidates:
+            if allowed is not None and index not in allowed:
+                continue
+            node = state.nodes[index]
+            amount = group.gpu_on(node.node)
+            if free + EPSILON < amount or not self._host_fits(node, group):
+                continue
+            return Placement(task, node.name, (device,), amount)
+        return None
+
+    def _place_cpu_only(self, group: TaskGroup, task: int, allowed: Allowed) -> Placement | None:
+        best: NodeState | None = None
+        for node in self.nodes_of(allowed):
+            if not self._host_fits(node, group):
+                continue
+            if best is None or (
+                node.free_cpu < best.free_cpu if self.binpack else node.free_cpu > best.free_cpu
+            ):
+                best = node
+        if best is None:
+            return None
+        return Placement(task, best.name, (), 0.0)
+
+    @staticmethod
+    def _host_fits(node: NodeState, group: TaskGroup) -> bool:
+        return node.free_cpu + EPSILON >= group.cpu and node.free_memory + EPSILON >= group.memory
+
+    # -- explaining a failure ----------------------------------------------------------
+
+    def _explain(
+        self,
+        workload: WorkloadState,
+        tasks: list[int],
+        placed: int,
+        allowed: Allowed,
+        domain_key: str | None,
+    ) -> str:
+        group = workload.tasks[tasks[min(placed, len(tasks) - 1)]]
+        shape = describe_task(group)
+        where = "" if allowed is None else " matching its node selector"
+        too_big = self._too_big(group, allowed)
+        if too_big:
+            return too_big
+        if len(tasks) > 1:
+            scope = f" in any single {domain_key}" if domain_key else ""
+            noun = "gang" if placed < workload.workload.min_tasks else "workload"
+            return f"{noun} needs {len(tasks)} tasks of {shape}; only {placed} fit{scope}{where}"
+        if group.fractional:
+            return f"no device{where} has {shape} free"
+        if group.gpu >= 1:
+            free = self.state.free_gpu
+            return (
+                f"no node{where} has {shape} free"
+                f" (the cluster has {plural_gpus(max(free, 0.0))} free in all)"
+            )
+        return f"no node{where} has {shape} free"
+
+    def _too_big(self, group: TaskGroup, allowed: Allowed) -> str | None:
+        nodes = list(self.nodes_of(allowed))
+        if not nodes:
+            return "no schedulable node in the cluster"
+        if group.gpu >= 1:
+            largest = max(node.node.gpus for node in nodes)
+            if group.gpu > largest:
+                return (
+                    f"each task needs {plural_gpus(group.gpu)} but the largest node has "
+                    f"{plural_gpus(largest)}"
+                )
+        if group.gpu_memory > 0:
+            largest_memory = max(node.node.gpu_memory for node in nodes)
+            if group.gpu_memory > largest_memory:
+                return (
+                    f"each task needs {format_memory(group.gpu_memory)} of GPU memory but the "
+                    f"largest device has {format_memory(largest_memory)}"
+                )
+        if group.cpu > max(node.node.cpu for node in nodes) + EPSILON:
+            return f"each task needs {format_gpus(group.cpu)} CPU cores, more than any node has"
+        if group.memory > max(node.node.memory for node in nodes):
+            return f"each task needs {format_memory(group.memory)} memory, more than any node has"
+        return None

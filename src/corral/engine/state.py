@@ -1,0 +1,249 @@
+"""The tentative cluster state one cycle works on.
+
+Every change (a task bound to devices, a task taken off them) goes through `bind` and
+`unbind`, which keep the free-capacity indices and the queue totals up to date and
+write an undo record to a journal. `checkpoint()` and `rollback()` let an action try a
+candidate (evict some victims, place a workload) and undo it if it does not work out:
+simulate, then commit or roll back.
+
+Free capacity is indexed so that placement does not scan every node for every task:
+nodes are bucketed by their number of wholly free devices, and partly used devices
+sit in one list sorted by their free fraction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
+
+from corral.model import Node, Placement, Queue, Resources, TaskGroup, Workload
+from corral.model.resources import EPSILON
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[object, ...]:
+    """Sort "node2" before "node10"."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(name))
+
+
+def _round(value: float) -> float:
+    # Fractions are added and removed many times; rounding keeps 0.3 + 0.7 exactly 1.
+    return round(value, 9)
+
+
+class NodeState:
+    """Free capacity of one node and the use of each of its devices (0.0 to 1.0)."""
+
+    __slots__ = ("free_cpu", "free_memory", "free_whole", "index", "node", "used")
+
+    def __init__(self, index: int, node: Node) -> None:
+        self.index = index
+        self.node = node
+        self.free_cpu = node.cpu
+        self.free_memory = float(node.memory)
+        self.used = [0.0] * node.gpus
+        self.free_whole = node.gpus
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def free_gpu(self) -> float:
+        return self.node.gpus - sum(self.used)
+
+    def free_devices(self, count: int) -> tuple[int, ...]:
+        """The `count` lowest-numbered wholly free devices (caller checked there are enough)."""
+        found = [device for device, used in enumerate(self.used) if used == 0.0]
+        return tuple(found[:count])
+
+
+class QueueState:
+    """A queue's place in the tree, its quotas, fair share and running totals."""
+
+    __slots__ = (
+        "age",
+        "alloc",
+        "children",
+        "deserved",
+        "fair_share",
+        "limit",
+        "name",
+        "np_alloc",
+        "parent",
+        "path",
+        "priority",
+        "queue",
+        "requested",
+        "weight",
+    )
+
+    def __init__(self, queue: Queue, age: int) -> None:
+        self.queue = queue
+        self.name = queue.name
+        self.age = age
+        self.priority = queue.priority
+        self.deserved = [queue.deserved.gpu, queue.deserved.cpu, queue.deserved.memory]
+        self.limit = [queue.limit.gpu, queue.limit.cpu, queue.limit.memory]
+        self.weight = [
+            queue.over_quota_weight.gpu,
+            queue.over_quota_weight.cpu,
+            queue.over_quota_weight.memory,
+        ]
+        self.parent: QueueState | None = None
+        self.children: list[QueueState] = []
+        # This queue and its ancestors, leaf first.
+        self.path: list[QueueState] = []
+        self.alloc = [0.0, 0.0, 0.0]
+        self.np_alloc = [0.0, 0.0, 0.0]
+        self.requested = [0.0, 0.0, 0.0]
+        self.fair_share = [0.0, 0.0, 0.0]
+
+    @property
+    def leaf(self) -> bool:
+        return not self.children
+
+    def allotment(self, resource: int) -> float:
+        """What the queue is entitled to now: its deserved quota or fair share, the larger."""
+        return max(self.deserved[resource], self.fair_share[resource])
+
+
+@dataclass(slots=True)
+class WorkloadState:
+    """A workload during the cycle: its running tasks as they stand in the tentative state."""
+
+    workload: Workload
+    queue: QueueState
+    tasks: list[TaskGroup]
+    running: dict[int, Placement] = field(default_factory=dict)
+    # Tasks that were running when the cycle began, where they were.
+    original: dict[int, Placement] = field(default_factory=dict)
+    # Placements of tasks started this cycle.
+    started: dict[int, Placement] = field(default_factory=dict)
+    evicted_by: list[tuple[tuple[int, ...], str, str | None, str]] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    @property
+    def preemptible(self) -> bool:
+        return self.workload.preemptible
+
+    def unplaced(self) -> list[int]:
+        """Task numbers not running, lowest first."""
+        return [task for task in range(len(self.tasks)) if task not in self.running]
+
+
+_BIND = 0
+_UNBIND = 1
+
+
+class ClusterState:
+    """Nodes, devices and queue totals, with an undo journal."""
+
+    def __init__(self, nodes: tuple[Node, ...], queues: dict[str, QueueState]) -> None:
+        ordered = sorted(nodes, key=lambda node: natural_key(node.name))
+        self.nodes = [NodeState(index, node) for index, node in enumerate(ordered)]
+        self.by_name = {state.name: state for state in self.nodes}
+        self.queues = queues
+        self.max_devices = max((node.gpus for node in ordered), default=0)
+        # buckets[c]: schedulable nodes with exactly c wholly free devices, in name order.
+        self.buckets: list[SortedList] = [SortedList() for _ in range(self.max_devices + 1)]
+        # Partly used devices of schedulable nodes: (free fraction, node index, device).
+        self.partial = SortedList()
+        self.free_gpu = 0.0
+        for state in self.nodes:
+            if state.node.schedulable:
+                self.buckets[state.free_whole].add(state.index)
+                self.free_gpu += state.node.gpus
+        self.journal: list[tuple[int, WorkloadState, Placement]] = []
+
+    # -- changes ---------------------------------------------------------------------
+
+    def checkpoint(self) -> int:
+        return len(self.journal)
+
+    def rollback(self, mark: int) -> None:
+        """Undo every change made since `checkpoint()` returned `mark`."""
+        journal = self.journal
+        while len(journal) > mark:
+            kind, workload, placement = journal.pop()
+            if kind == _BIND:
+                self._remove(workload, placement)
+            else:
+                self._add(workload, placement)
+
+    def bind(self, workload: WorkloadState, placement: Placement) -> None:
+        self._add(workload, placement)
+        self.journal.append((_BIND, workload, placement))
+
+    def unbind(self, workload: WorkloadState, task: int) -> Placement:
+        placement = workload.running[task]
+        self._remove(workload, placement)
+        self.journal.append((_UNBIND, workload, placement))
+        return placement
+
+    def _add(self, workload: WorkloadState, placement: Placement) -> None:
+        self._use(workload, placement, 1.0)
+        workload.running[placement.task] = placement
+
+    def _remove(self, workload: WorkloadState, placement: Placement) -> None:
+        self._use(workload, placement, -1.0)
+        del workload.running[placement.task]
+
+    def _use(self, workload: WorkloadState, placement: Placement, sign: float) -> None:
+        node = self.by_name[placement.node]
+        group = workload.tasks[placement.task]
+        node.free_cpu -= sign * group.cpu
+        node.free_memory -= sign * group.memory
+        per_device = placement.gpu / len(placement.devices) if placement.devices else 0.0
+        schedulable = node.node.schedulable
+        if schedulable and placement.devices:
+            self.buckets[node.free_whole].discard(node.index)
+        for device in placement.devices:
+            before = node.used[device]
+            after = _round(before + sign * per_device)
+            node.used[device] = after
+            if before == 0.0:
+                node.free_whole -= 1
+            if after == 0.0:
+                node.free_whole += 1
+            if schedulable:
+                if 0.0 < before < 1.0:
+                    self.partial.discard((_round(1.0 - before), node.index, device))
+                if 0.0 < after < 1.0:
+                    self.partial.add((_round(1.0 - after), node.index, device))
+        if schedulable and placement.devices:
+            self.buckets[node.free_whole].add(node.index)
+        if schedulable:
+            self.free_gpu = _round(self.free_gpu - sign * placement.gpu)
+        amounts = (placement.gpu, group.cpu, float(group.memory))
+        preemptible = workload.preemptible
+        for queue in workload.queue.path:
+            alloc = queue.alloc
+            alloc[0] += sign * amounts[0]
+            alloc[1] += sign * amounts[1]
+            alloc[2] += sign * amounts[2]
+            if not preemptible:
+                np_alloc = queue.np_alloc
+                np_alloc[0] += sign * amounts[0]
+                np_alloc[1] += sign * amounts[1]
+                np_alloc[2] += sign * amounts[2]
+
+
+def amounts_fit(used: list[float], request: tuple[float, float, float], cap: list[float]) -> bool:
+    """used + request <= cap on every resource, with rounding slack."""
+    return (
+        used[0] + request[0] <= cap[0] + EPSILON
+        and used[1] + request[1] <= cap[1] + EPSILON
+        and used[2] + request[2] <= cap[2] + EPSILON
+    )
+
+
+def as_resources(values: list[float]) -> Resources:
+    return Resources(values[0], values[1], values[2])

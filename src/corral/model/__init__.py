@@ -1,0 +1,54 @@
+"""Plain data shared by every part of corral: resources, nodes, queues, workloads, decisions.
+
+Nothing here knows about scheduling policy, storage or transport. Values are frozen,
+slotted dataclasses so that a snapshot can be handed to the engine, the simulator and the
+server without anyone mutating it behind the others' backs.
+"""
+
+from corral.model.resources import (
+    GIB,
+    Resources,
+    format_gpus,
+    format_memory,
+    gpu_quota,
+    parse_memory,
+)
+from corral.model.types import (
+    PRIORITY_CLASSES,
+    Decisions,
+    Eviction,
+    Node,
+    Placement,
+    Queue,
+    QueueStatus,
+    SchedulerConfig,
+    Snapshot,
+    TaskGroup,
+    Topology,
+    Workload,
+    default_preemptible,
+    resolve_priority,
+)
+
+__all__ = [
+    "GIB",
+    "PRIORITY_CLASSES",
+    "Decisions",
+    "Eviction",
+    "Node",
+    "Placement",
+    "Queue",
+    "QueueStatus",
+    "Resources",
+    "SchedulerConfig",
+    "Snapshot",
+    "TaskGroup",
+    "Topology",
+    "Workload",
+    "default_preemptible",
+    "format_gpus",
+    "format_memory",
+    "gpu_quota",
+    "parse_memory",
+    "resolve_priority",
+]

@@ -1,0 +1,271 @@
+"""The scheduling domain: nodes, queues, workloads, the snapshot the engine reads and the
+decisions it returns."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from corral.model.resources import UNLIMITED, ZERO, Resources
+
+PRIORITY_CLASSES: Mapping[str, int] = {
+    "train": 50,
+    "build-preemptible": 75,
+    "interactive-preemptible": 75,
+    "build": 100,
+    "interactive": 100,
+    "inference": 125,
+}
+
+# Workloads at or above this priority are non-preemptible unless they say otherwise.
+NON_PREEMPTIBLE_PRIORITY = 100
+
+
+def resolve_priority(value: str | int) -> int:
+    """Turn a priority class name or an integer into the integer priority."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a priority")
+    if isinstance(value, int):
+        return value
+    if value in PRIORITY_CLASSES:
+        return PRIORITY_CLASSES[value]
+    try:
+        return int(value)
+    except ValueError:
+        names = ", ".join(PRIORITY_CLASSES)
+        raise ValueError(f"{value!r} is not a priority class ({names}) or an integer") from None
+
+
+def default_preemptible(priority: int) -> bool:
+    """Work below the build/interactive priority is preemptible unless it says otherwise."""
+    return priority < NON_PREEMPTIBLE_PRIORITY
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A machine with `gpus` identical devices, indexed 0..gpus-1."""
+
+    name: str
+    gpus: int = 0
+    gpu_memory: int = 80 * 1024**3
+    gpu_model: str = "generic"
+    cpu: float = 64.0
+    memory: int = 512 * 1024**3
+    labels: Mapping[str, str] = field(default_factory=dict)
+    schedulable: bool = True
+
+    @property
+    def capacity(self) -> Resources:
+        return Resources(float(self.gpus), self.cpu, float(self.memory))
+
+    def label(self, key: str) -> str | None:
+        """The node's value for a label; `gpu_model` is always answered from the model."""
+        if key == "gpu_model":
+            return self.gpu_model
+        return self.labels.get(key)
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A department or project. Leaf queues hold workloads.
+
+    `limit` amounts are math.inf where there is no limit. `over_quota_weight` is per
+    resource too, so that CPU-heavy and GPU-heavy teams can be weighted differently.
+    CPU and memory are managed only where a quota is set: their `deserved` defaults to
+    math.inf (no guarantee needed, nothing enforced), while GPUs default to 0 deserved.
+    """
+
+    name: str
+    parent: str | None = None
+    deserved: Resources = Resources(0.0, math.inf, math.inf)
+    limit: Resources = UNLIMITED
+    over_quota_weight: Resources = Resources(1.0, 1.0, 1.0)
+    priority: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class TaskGroup:
+    """`replicas` identical tasks.
+
+    `gpu` is a whole number of devices (>= 1), a fraction of one device (0 < gpu < 1), or 0.
+    `gpu_memory` (bytes), when set, asks for that much of one device's memory instead of a
+    fraction; the fraction is then gpu_memory / the device's memory on the node chosen.
+    """
+
+    name: str = "task"
+    replicas: int = 1
+    gpu: float = 0.0
+    gpu_memory: int = 0
+    cpu: float = 0.0
+    memory: int = 0
+
+    @property
+    def fractional(self) -> bool:
+        return self.gpu_memory > 0 or 0 < self.gpu < 1
+
+    def gpu_on(self, node: Node) -> float:
+        """GPUs this task takes on `node` (memory requests become a device fraction)."""
+        if self.gpu_memory > 0:
+            # Above 1.0 when the task wants more memory than one device has: it cannot fit.
+            return self.gpu_memory / node.gpu_memory if node.gpu_memory else math.inf
+        return self.gpu
+
+    def request_on(self, node: Node) -> Resources:
+        return Resources(self.gpu_on(node), self.cpu, float(self.memory))
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Keep a workload's tasks within one domain of a node label (for example a rack)."""
+
+    key: str
+    required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one task runs: its node, the device indices it uses, and the GPU amount.
+
+    A fractional task lists the single device it shares and its fraction in `gpu`.
+    """
+
+    task: int
+    node: str
+    devices: tuple[int, ...] = ()
+    gpu: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A unit of work submitted to a leaf queue: one or more task groups.
+
+    Tasks are numbered 0..n-1 in task-group order. `min_available` tasks (the first ones)
+    start together or not at all; the rest, if any, are elastic and added one at a time.
+    `submitted` orders workloads by age (smaller is older). `placements` is empty for a
+    pending workload and lists each running task otherwise.
+    """
+
+    name: str
+    queue: str
+    task_groups: tuple[TaskGroup, ...]
+    priority: int = 50
+    preemptible: bool = True
+    min_available: int | None = None
+    node_selector: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    topology: Topology | None = None
+    submitted: float = 0.0
+    placements: tuple[Placement, ...] = ()
+    # Utilisation hint for victim choice: True when the GPUs this workload holds are idle.
+    idle: bool = False
+
+    @property
+    def task_count(self) -> int:
+        return sum(group.replicas for group in self.task_groups)
+
+    @property
+    def min_tasks(self) -> int:
+        count = self.task_count
+        if self.min_available is None:
+            return count
+        return max(1, min(self.min_available, count))
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_tasks < self.task_count
+
+    @property
+    def running(self) -> bool:
+        return bool(self.placements)
+
+    def task_group_of(self, task: int) -> TaskGroup:
+        """The task group that task number `task` belongs to."""
+        for group in self.task_groups:
+            if task < group.replicas:
+                return group
+            task -= group.replicas
+        raise IndexError(task)
+
+    def tasks(self) -> list[TaskGroup]:
+        """One entry per task, in task order."""
+        return [group for group in self.task_groups for _ in range(group.replicas)]
+
+    def nominal_request(self, count: int | None = None) -> Resources:
+        """Resources of the first `count` tasks (all by default), fractions by `gpu` only.
+
+        Memory-sized fractions count as 0 GPUs here; their real amount depends on the node.
+        """
+        total = ZERO
+        for index, group in enumerate(self.tasks()):
+            if count is not None and index >= count:
+                break
+            total = total + Resources(group.gpu, group.cpu, float(group.memory))
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The cluster at one moment: everything the engine needs and nothing else."""
+
+    nodes: tuple[Node, ...]
+    queues: tuple[Queue, ...]
+    workloads: tuple[Workload, ...]
+
+
+PlacementPolicy = Literal["binpack", "spread"]
+GpuPlacementPolicy = Literal["pack", "spread"]
+ACTIONS = ("allocate", "consolidate", "reclaim", "preempt")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """How a cycle behaves. Every field has a default."""
+
+    placement: PlacementPolicy = "binpack"
+    gpu_placement: GpuPlacementPolicy = "pack"
+    actions: tuple[str, ...] = ACTIONS
+    # Bounds on the search done for each pending workload, so one cycle stays fast.
+    consolidate_max_moves: int = 4
+    consolidate_max_nodes: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """Tasks taken off their devices. `tasks` lists the task numbers evicted; when it
+    covers every running task the workload goes back to pending."""
+
+    workload: str
+    tasks: tuple[int, ...]
+    action: str
+    by: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    deserved: Resources
+    limit: Resources
+    fair_share: Resources
+    allocated: Resources
+    requested: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """What one cycle decided.
+
+    Apply `evictions` first, then `bindings`: a workload may appear in both when it is
+    moved (consolidation). `bindings` maps a workload to the placements of the tasks it
+    starts this cycle (a growing elastic workload lists only its new tasks).
+    `pending` gives the reason for every workload that wanted to run more and could not.
+    """
+
+    bindings: Mapping[str, tuple[Placement, ...]]
+    evictions: tuple[Eviction, ...]
+    pending: Mapping[str, str]
+    queues: Mapping[str, QueueStatus]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.bindings or self.evictions)

@@ -189,6 +189,8 @@ class Cycle:
     def _try_place(self, candidate: Candidate) -> bool:
         ws = candidate.workload
         reason = self.quota_block(ws, candidate.request)
+        if reason is None and not candidate.growth:
+            reason = self.placer.too_big(ws, candidate.tasks)
         if reason is None and candidate.request[0] > self.state.free_gpu + EPSILON:
             reason = (
                 f"needs {plural_gpus(candidate.request[0])}; the cluster has "
@@ -246,11 +248,11 @@ class Cycle:
             ws = candidate.workload
             if ws.workload.topology is not None or self.quota_block(ws, candidate.request):
                 continue
-            allowed = self.placer.eligible(ws)
-            free = sum(node.free_gpu for node in self.placer.nodes_of(allowed))
-            if candidate.request[0] > free + EPSILON:
+            # Moves keep every workload placed, so only capacity free somewhere can help;
+            # it may sit on nodes the candidate cannot use, where moved work can go.
+            if candidate.request[0] > self.state.free_gpu + EPSILON:
                 continue
-            self._consolidate_for(ws, candidate.tasks, allowed)
+            self._consolidate_for(ws, candidate.tasks, self.placer.eligible(ws))
 
     def _consolidate_for(self, ws: WorkloadState, tasks: list[int], allowed: Allowed) -> bool:
         state = self.state
@@ -342,16 +344,40 @@ class Cycle:
             ws = candidate.workload
             if self.quota_block(ws, candidate.request) is not None:
                 continue
+            if not self._anyone_over_fair_share(ws, candidate.request):
+                continue
             reach = _within_fair_share(ws.queue, candidate.request)
             if reach == 0:
                 queue = ws.queue
-                note = (
-                    f"cannot reclaim: queue {queue.name} would exceed its fair share of "
-                    f"{plural_gpus(queue.fair_share[0])}"
+                resource = _first_over(queue.alloc, candidate.request, queue.fair_share)
+                share = amount_text(resource, queue.fair_share[resource])
+                self._note(
+                    ws, f"cannot reclaim: queue {queue.name} would exceed its fair share of {share}"
                 )
-                ws.reason = f"{ws.reason}; {note}" if ws.reason else note
                 continue
-            self._evict_for(candidate, self._reclaim_victims(candidate, reach), "reclaim")
+            placed, tried = self._evict_for(
+                candidate, self._reclaim_victims(candidate, reach), "reclaim"
+            )
+            if not placed:
+                self._note(
+                    ws,
+                    "cannot reclaim: evicting work of queues over their fair share would not "
+                    "make room"
+                    if tried
+                    else "cannot reclaim: no queue it may take from holds preemptible work "
+                    "over its fair share",
+                )
+
+    def _anyone_over_fair_share(self, ws: WorkloadState, request: Request) -> bool:
+        return any(
+            leaf.leaf and leaf is not ws.queue and _over_fair_share(leaf, request)
+            for leaf in self.queues.values()
+        )
+
+    @staticmethod
+    def _note(ws: WorkloadState, note: str) -> None:
+        """Add what a later action found to the workload's pending reason."""
+        ws.reason = f"{ws.reason}; {note}" if ws.reason else note
 
     def _reclaim_victims(self, candidate: Candidate, reach: int) -> Callable[[], Unit | None]:
         ws = candidate.workload
@@ -393,14 +419,26 @@ class Cycle:
             def next_victim(ws: WorkloadState = ws, priority: int = priority) -> Unit | None:
                 return self._first_unit(ws.queue, ws, priority)
 
-            self._evict_for(candidate, next_victim, "preempt")
+            placed, _ = self._evict_for(candidate, next_victim, "preempt")
+            if not placed and any(
+                other.running and other.workload.priority < priority
+                for other in self.workloads
+                if other.queue is ws.queue
+            ):
+                self._note(
+                    ws,
+                    f"cannot preempt: the lower-priority work in queue {ws.queue.name} is "
+                    "non-preemptible or would not make room",
+                )
 
     # -- shared by reclaim and preempt -------------------------------------------------
 
     def _evict_for(
         self, candidate: Candidate, next_victim: Callable[[], Unit | None], action: str
-    ) -> bool:
-        """Evict victims one by one until the candidate fits; commit or roll back."""
+    ) -> tuple[bool, int]:
+        """Evict victims one by one until the candidate fits; commit or roll back.
+
+        Returns whether the candidate was placed and how many victims were tried."""
         state = self.state
         ws = candidate.workload
         mark = state.checkpoint()
@@ -419,11 +457,11 @@ class Cycle:
                         reason = self._eviction_reason(action, victim, ws)
                         self._record_eviction(victim, tasks, action, ws, reason)
                 state.journal.clear()
-                return True
+                return True, len(victims)
             unit = next_victim()
             if unit is None:
                 state.rollback(mark)
-                return False
+                return False, len(victims)
             victim, unit_tasks = unit
             chosen = sorted(victim.running) if unit_tasks is None else list(unit_tasks)
             victims.append((unit, [state.unbind(victim, task) for task in chosen]))
@@ -608,9 +646,11 @@ def deserved_block(ws: WorkloadState, request: Request) -> str | None:
             resource = _first_over(queue.np_alloc, request, queue.deserved)
             deserved = queue.deserved[resource]
             free = max(deserved - queue.np_alloc[resource], 0.0)
+            needs = f"non-preemptible workload needs {amount_text(resource, request[resource])}"
+            if deserved <= EPSILON:
+                return f"{needs} but {queue.name} has no {_deserved_text(resource, 0)}"
             return (
-                f"non-preemptible workload needs {amount_text(resource, request[resource])}"
-                f" but {queue.name} has {_bare(resource, free)} of its "
+                f"{needs} but {queue.name} has {_bare(resource, free)} of its "
                 f"{_deserved_text(resource, deserved)} free"
             )
     return None
@@ -625,10 +665,14 @@ def amount_text(resource: int, amount: float) -> str:
 
 
 def _deserved_text(resource: int, deserved: float) -> str:
+    """ "2 deserved GPUs"; with 0, the bare noun ("deserved GPUs") for "has no ..."."""
+    amount = "" if deserved <= EPSILON else f"{format_gpus(deserved)} "
     if resource == 0:
-        return f"{format_gpus(deserved)} deserved {'GPU' if deserved <= 1 else 'GPUs'}"
+        return f"{amount}deserved {'GPU' if 0 < deserved <= 1 else 'GPUs'}"
     if resource == 1:
-        return f"{format_gpus(deserved)} deserved CPU cores"
+        return f"{amount}deserved CPU cores"
+    if not amount:
+        return "deserved memory"
     return f"{format_memory(deserved)} of deserved memory"
 
 

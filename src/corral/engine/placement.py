@@ -50,6 +50,7 @@ class Placer:
         self.binpack = config.placement == "binpack"
         self.pack_fractions = config.gpu_placement == "pack"
         self._eligible: dict[tuple[tuple[str, tuple[str, ...]], ...], frozenset[int]] = {}
+        self._largest_cache: dict[Allowed, tuple[int, int, float, int] | None] = {}
         self._max_device_memory = max(
             (node.node.gpu_memory for node in state.nodes if node.node.gpus), default=0
         )
@@ -280,7 +281,8 @@ class Placer:
         if len(tasks) > 1:
             scope = f" in any single {domain_key}" if domain_key else ""
             noun = "gang" if placed < workload.workload.min_tasks else "workload"
-            return f"{noun} needs {len(tasks)} tasks of {shape}; only {placed} fit{scope}{where}"
+            fitted = f"only {placed} fit" if placed else "none fit"
+            return f"{noun} needs {len(tasks)} tasks of {shape}; {fitted}{scope}{where}"
         if group.fractional:
             return f"no device{where} has {shape} free"
         if group.gpu >= 1:
@@ -291,26 +293,48 @@ class Placer:
             )
         return f"no node{where} has {shape} free"
 
+    def too_big(self, workload: WorkloadState, tasks: list[int]) -> str | None:
+        """Why some task can never fit on any eligible node, even an empty one, or None."""
+        allowed = self.eligible(workload)
+        for group in {workload.tasks[task] for task in tasks}:
+            reason = self._too_big(group, allowed)
+            if reason is not None:
+                return reason
+        return None
+
+    def _largest(self, allowed: Allowed) -> tuple[int, int, float, int] | None:
+        """The largest device count, device memory, CPU and memory among eligible nodes."""
+        if allowed not in self._largest_cache:
+            nodes = list(self.nodes_of(allowed))
+            self._largest_cache[allowed] = (
+                (
+                    max(node.node.gpus for node in nodes),
+                    max(node.node.gpu_memory for node in nodes),
+                    max(node.node.cpu for node in nodes),
+                    max(node.node.memory for node in nodes),
+                )
+                if nodes
+                else None
+            )
+        return self._largest_cache[allowed]
+
     def _too_big(self, group: TaskGroup, allowed: Allowed) -> str | None:
-        nodes = list(self.nodes_of(allowed))
-        if not nodes:
+        largest = self._largest(allowed)
+        if largest is None:
             return "no schedulable node in the cluster"
-        if group.gpu >= 1:
-            largest = max(node.node.gpus for node in nodes)
-            if group.gpu > largest:
-                return (
-                    f"each task needs {plural_gpus(group.gpu)} but the largest node has "
-                    f"{plural_gpus(largest)}"
-                )
-        if group.gpu_memory > 0:
-            largest_memory = max(node.node.gpu_memory for node in nodes)
-            if group.gpu_memory > largest_memory:
-                return (
-                    f"each task needs {format_memory(group.gpu_memory)} of GPU memory but the "
-                    f"largest device has {format_memory(largest_memory)}"
-                )
-        if group.cpu > max(node.node.cpu for node in nodes) + EPSILON:
+        gpus, gpu_memory, cpu, memory = largest
+        if group.gpu >= 1 and group.gpu > gpus:
+            return (
+                f"each task needs {plural_gpus(group.gpu)} but the largest node has "
+                f"{plural_gpus(gpus)}"
+            )
+        if group.gpu_memory > gpu_memory:
+            return (
+                f"each task needs {format_memory(group.gpu_memory)} of GPU memory but the "
+                f"largest device has {format_memory(gpu_memory)}"
+            )
+        if group.cpu > cpu + EPSILON:
             return f"each task needs {format_gpus(group.cpu)} CPU cores, more than any node has"
-        if group.memory > max(node.node.memory for node in nodes):
+        if group.memory > memory:
             return f"each task needs {format_memory(group.memory)} memory, more than any node has"
         return None

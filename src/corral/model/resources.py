@@ -60,9 +60,9 @@ def format_gpus(amount: float) -> str:
 
 
 def plural_gpus(amount: float) -> str:
-    """ "1 GPU", "2 GPUs", "0.5 GPU"."""
+    """ "1 GPU", "2 GPUs", "0.5 GPU", "0 GPUs"."""
     text = format_gpus(amount)
-    return f"{text} GPU" if amount <= 1 else f"{text} GPUs"
+    return f"{text} GPU" if 0 < amount <= 1 else f"{text} GPUs"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,174 @@
+"""Run the engine on a scenario, cycle after cycle, and record what happened."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from corral.engine import apply_decisions, schedule
+from corral.model import Decisions, Placement
+from corral.scenario.types import MAX_CYCLES, UNTIL_STABLE, Scenario
+
+# Amounts are floats; rounding keeps 0.1 + 0.2 from printing as 0.30000000000000004.
+_JSON_DECIMALS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadOutcome:
+    """Where a workload ended: its running tasks (by task number), or pending and why."""
+
+    placements: tuple[Placement, ...] = ()
+    reason: str | None = None
+
+    @property
+    def status(self) -> Literal["running", "pending"]:
+        return "running" if self.placements else "pending"
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(placement.node for placement in self.placements)
+
+    @property
+    def gpus(self) -> tuple[tuple[int, ...], ...]:
+        """Device indices per running task; a fractional task lists the device it shares."""
+        return tuple(placement.devices for placement in self.placements)
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionRecord:
+    """One eviction, in the cycle (counted from 1) in which it happened."""
+
+    workload: str
+    cycle: int
+    action: str
+    by: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOutcome:
+    """A queue's GPUs as the last cycle saw them."""
+
+    deserved: float
+    fair_share: float
+    allocated: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """What `plan` found: cycles run, final workload states, every eviction, final queues.
+
+    `workloads` and `queues` keep the scenario's listing order.
+    """
+
+    cycles: int
+    workloads: Mapping[str, WorkloadOutcome]
+    evictions: tuple[EvictionRecord, ...]
+    queues: Mapping[str, QueueOutcome]
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON document `corral plan FILE --json` prints, as plain Python values."""
+        return {
+            "cycles": self.cycles,
+            "workloads": {
+                name: _workload_json(outcome) for name, outcome in self.workloads.items()
+            },
+            "evictions": [
+                {
+                    "workload": record.workload,
+                    "cycle": record.cycle,
+                    "action": record.action,
+                    "by": record.by,
+                    "reason": record.reason,
+                }
+                for record in self.evictions
+            ],
+            "queues": {
+                name: {
+                    "deserved": _json_number(queue.deserved),
+                    "fair_share": _json_number(queue.fair_share),
+                    "allocated": _json_number(queue.allocated),
+                }
+                for name, queue in self.queues.items()
+            },
+        }
+
+
+def plan(scenario: Scenario) -> PlanResult:
+    """Run the scheduler on the scenario's snapshot as its `run` section says.
+
+    A fixed number of cycles runs exactly that many; until-stable stops after the first
+    cycle that changes nothing, or after MAX_CYCLES. Pending reasons come from the last
+    cycle, as do the queues.
+    """
+    until_stable = scenario.cycles == UNTIL_STABLE
+    limit = scenario.cycles if isinstance(scenario.cycles, int) else MAX_CYCLES
+    snapshot = scenario.snapshot
+    evictions: list[EvictionRecord] = []
+    cycle = 0
+    decisions: Decisions | None = None
+    while cycle < limit:
+        cycle += 1
+        decisions = schedule(snapshot, scenario.config)
+        evictions.extend(
+            EvictionRecord(eviction.workload, cycle, eviction.action, eviction.by, eviction.reason)
+            for eviction in decisions.evictions
+        )
+        snapshot = apply_decisions(snapshot, decisions)
+        if until_stable and not decisions.changed:
+            break
+    assert decisions is not None, "a scenario runs at least one cycle"
+
+    evicted_last = {record.workload: record for record in evictions if record.cycle == cycle}
+    workloads: dict[str, WorkloadOutcome] = {}
+    for workload in snapshot.workloads:
+        if workload.placements:
+            placements = tuple(sorted(workload.placements, key=lambda placement: placement.task))
+            workloads[workload.name] = WorkloadOutcome(placements)
+        else:
+            workloads[workload.name] = WorkloadOutcome(
+                reason=_pending_reason(workload.name, decisions, evicted_last)
+            )
+    queues = {
+        queue.name: QueueOutcome(
+            deserved=status.deserved.gpu,
+            fair_share=status.fair_share.gpu,
+            allocated=status.allocated.gpu,
+        )
+        for queue in scenario.snapshot.queues
+        if (status := decisions.queues.get(queue.name)) is not None
+    }
+    return PlanResult(cycle, workloads, tuple(evictions), queues)
+
+
+def _pending_reason(
+    name: str, decisions: Decisions, evicted_last: Mapping[str, EvictionRecord]
+) -> str:
+    if name in decisions.pending:
+        return decisions.pending[name]
+    # A fixed run can end on the cycle that evicted the workload; the engine has not yet
+    # had a cycle to say why it stays pending, so the eviction is the reason.
+    if name in evicted_last:
+        record = evicted_last[name]
+        return f"evicted ({record.action}) in cycle {record.cycle}: {record.reason}"
+    return "the scheduler gave no reason"
+
+
+def _workload_json(outcome: WorkloadOutcome) -> dict[str, object]:
+    if outcome.status == "pending":
+        return {"status": "pending", "reason": outcome.reason}
+    return {
+        "status": "running",
+        "nodes": list(outcome.nodes),
+        "gpus": [list(devices) for devices in outcome.gpus],
+    }
+
+
+def _json_number(value: float) -> int | float | None:
+    """Whole amounts as ints; an unlimited amount as null, as in the scenario format."""
+    if not math.isfinite(value):
+        return None
+    rounded = round(value, _JSON_DECIMALS)
+    return int(rounded) if rounded == int(rounded) else rounded

@@ -10,6 +10,7 @@ import typer
 
 from corral.cli.common import CliState
 from corral.cli.plan import plan_command
+from corral.cli.server import server_command
 
 app = typer.Typer(
     name="corral",
@@ -32,3 +33,4 @@ def main(
 
 
 app.command("plan")(plan_command)
+app.command("server")(server_command)

@@ -1,0 +1,46 @@
+"""What users ask for: a workload submission and a node registration, as plain data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from corral.model.types import Node, TaskGroup, Topology
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """A submission: what to run, where it may run, and how it is scheduled."""
+
+    name: str
+    project: str
+    user: str
+    task_groups: tuple[TaskGroup, ...]
+    priority: int = 50
+    preemptible: bool = True
+    min_available: int | None = None
+    node_selector: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    topology: Topology | None = None
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    max_runtime: float | None = None
+    backoff_limit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    index: int
+    uuid: str
+    model: str
+    memory: int
+    virtual: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A node as its agent (or an admin) registers it, with its devices."""
+
+    node: Node
+    devices: tuple[Device, ...] = ()
+    virtual: bool = False

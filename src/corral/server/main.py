@@ -1,0 +1,44 @@
+"""Starting the server: the data directory, the first admin token, uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import uvicorn
+
+from corral.store import Store, database_url
+
+DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "corral"
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+def open_store(data_dir: Path, db_url: str | None) -> tuple[Store, str | None]:
+    """Open (and migrate) the store. On the very first start, create the admin token and
+    write it to DATA_DIR/admin-token, readable by the owner only; return it then."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(database_url(data_dir, db_url))
+    token = store.ensure_admin()
+    if token is not None:
+        path = data_dir / ADMIN_TOKEN_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token + "\n")
+        os.chmod(path, 0o600)
+    return store, token
+
+
+def serve(data_dir: Path, db_url: str | None, host: str, port: int) -> None:
+    """Run the server until interrupted."""
+    from corral.server.app import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    store, token = open_store(data_dir, db_url)
+    print(f"corral server on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
+    print(f"store: {store.url.split('@')[-1]}", flush=True)
+    if token is not None:
+        print(
+            f"admin token (shown once; also in {data_dir / ADMIN_TOKEN_FILE}): {token}", flush=True
+        )
+    uvicorn.run(create_app(store), host=host, port=port, log_level="warning")

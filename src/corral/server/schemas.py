@@ -1,0 +1,545 @@
+"""Request and response bodies of the REST API, validated by Pydantic.
+
+Validation happens here, so that a bad request is answered with 422 naming each bad field
+before anything is written. Conversions to the model's plain data live beside the bodies.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from corral.model import (
+    Node,
+    Placement,
+    Queue,
+    Resources,
+    TaskGroup,
+    Topology,
+    default_preemptible,
+    parse_memory,
+    resolve_priority,
+)
+from corral.model.spec import Device, NodeSpec, WorkloadSpec
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=63)]
+LabelKey = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$", max_length=63)
+]
+LabelValue = Annotated[str, Field(max_length=63)]
+Memory = Annotated[int | str, Field(description='bytes, or a binary unit: "512MiB", "80GiB"')]
+# Amounts are bounded so that arithmetic never overflows and JSON stays finite.
+Amount = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+MAX_MEMORY = 1 << 60
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def memory_bytes(value: int | str) -> int:
+    """Memory in bytes; raises ValueError with a readable message."""
+    amount = parse_memory(value)
+    if amount > MAX_MEMORY:
+        raise ValueError(f"{value!r} is more than 1 EiB")
+    return amount
+
+
+def duration_seconds(value: float | str) -> float:
+    """Seconds from 3600, "90m", "4h" or "2d"."""
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"{value!r} is not a duration (for example 90m, 4h, 2d)")
+        seconds = float(match.group(1)) * _SECONDS[match.group(2)]
+    if not (0 < seconds <= 365 * 86400):
+        raise ValueError("must be more than 0 and at most a year")
+    return seconds
+
+
+# -- queues ---------------------------------------------------------------------------------
+
+
+class Quota(Body):
+    """An amount of each resource. CPU and memory left out are not managed (deserved)
+    or not limited (limit); GPUs left out are 0 (deserved) or unlimited (limit)."""
+
+    gpu: Amount | None = None
+    cpu: Amount | None = None
+    memory: Memory | None = None
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: int | str | None) -> int | str | None:
+        if value is not None:
+            memory_bytes(value)
+        return value
+
+    def resources(self, gpu_default: float) -> Resources:
+        return Resources(
+            gpu_default if self.gpu is None else self.gpu,
+            math.inf if self.cpu is None else self.cpu,
+            math.inf if self.memory is None else float(memory_bytes(self.memory)),
+        )
+
+
+class Weights(Body):
+    gpu: Amount = 1.0
+    cpu: Amount = 1.0
+    memory: Amount = 1.0
+
+
+def _quota(value: Quota | float | None, gpu_default: float) -> Resources:
+    if value is None:
+        return Resources(gpu_default, math.inf, math.inf)
+    if isinstance(value, Quota):
+        return value.resources(gpu_default)
+    return Resources(float(value), math.inf, math.inf)
+
+
+def _weights(value: Weights | float) -> Resources:
+    if isinstance(value, Weights):
+        return Resources(value.gpu, value.cpu, value.memory)
+    return Resources(float(value), float(value), float(value))
+
+
+class QueueIn(Body):
+    name: Name
+    parent: Name | None = None
+    deserved: Quota | Amount = 0.0
+    limit: Quota | Amount | None = None
+    over_quota_weight: Weights | Amount = 1.0
+    priority: int = Field(100, ge=-1_000_000, le=1_000_000)
+
+    def to_model(self) -> Queue:
+        return Queue(
+            name=self.name,
+            parent=self.parent,
+            deserved=_quota(self.deserved, 0.0),
+            limit=_quota(self.limit, math.inf),
+            over_quota_weight=_weights(self.over_quota_weight),
+            priority=self.priority,
+        )
+
+
+class QueuePatch(Body):
+    """Fields to change; a field left out stays as it is. `limit: null` removes the limit."""
+
+    parent: Name | None = None
+    deserved: Quota | Amount | None = None
+    limit: Quota | Amount | None = None
+    over_quota_weight: Weights | Amount | None = None
+    priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
+
+    def changes(self) -> dict[str, Any]:
+        changes: dict[str, Any] = {}
+        given = self.model_fields_set
+        if "parent" in given:
+            changes["parent"] = self.parent
+        if "deserved" in given:
+            changes["deserved"] = _quota(self.deserved, 0.0)
+        if "limit" in given:
+            changes["limit"] = _quota(self.limit, math.inf)
+        if "over_quota_weight" in given and self.over_quota_weight is not None:
+            changes["over_quota_weight"] = _weights(self.over_quota_weight)
+        if "priority" in given and self.priority is not None:
+            changes["priority"] = self.priority
+        return changes
+
+
+class Amounts(BaseModel):
+    """Resource amounts in a response; null means unlimited or not managed."""
+
+    gpu: float | None
+    cpu: float | None
+    memory: int | None
+
+    @classmethod
+    def of(cls, resources: Resources) -> Amounts:
+        return cls(
+            gpu=None if math.isinf(resources.gpu) else resources.gpu,
+            cpu=None if math.isinf(resources.cpu) else resources.cpu,
+            memory=None if math.isinf(resources.memory) else int(resources.memory),
+        )
+
+
+class QueueOut(BaseModel):
+    name: str
+    parent: str | None
+    department: bool
+    children: list[str]
+    deserved: Amounts
+    limit: Amounts
+    over_quota_weight: Amounts
+    priority: int
+    fair_share: Amounts | None = Field(description="from the latest scheduling cycle")
+    allocated: Amounts | None
+    requested: Amounts | None
+    pending_gpu: float | None = Field(description="GPUs asked for by work not yet running")
+    created_at: float
+
+
+# -- workloads ------------------------------------------------------------------------------
+
+
+class TaskGroupIn(Body):
+    name: Name = "worker"
+    replicas: int = Field(1, ge=1, le=1024)
+    gpu: Amount = 0.0
+    gpu_memory: Memory | None = None
+    cpu: Amount = 0.0
+    memory: Memory = 0
+
+    @field_validator("gpu")
+    @classmethod
+    def _whole_or_fraction(cls, value: float) -> float:
+        if value >= 1 and value != int(value):
+            raise ValueError("a GPU request of 1 or more must be a whole number of devices")
+        if value > 64:
+            raise ValueError("at most 64 GPUs per task")
+        return value
+
+    @field_validator("gpu_memory", "memory")
+    @classmethod
+    def _memory(cls, value: int | str | None) -> int | str | None:
+        if value is not None:
+            memory_bytes(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind_of_fraction(self) -> TaskGroupIn:
+        if self.gpu_memory is not None and self.gpu > 0:
+            raise ValueError("give gpu or gpu_memory, not both")
+        if self.gpu_memory is not None and memory_bytes(self.gpu_memory) == 0:
+            raise ValueError("gpu_memory must be more than 0")
+        return self
+
+    def to_model(self) -> TaskGroup:
+        return TaskGroup(
+            name=self.name,
+            replicas=self.replicas,
+            gpu=self.gpu,
+            gpu_memory=memory_bytes(self.gpu_memory) if self.gpu_memory is not None else 0,
+            cpu=self.cpu,
+            memory=memory_bytes(self.memory),
+        )
+
+
+class TopologyIn(Body):
+    key: LabelKey
+    required: bool = True
+
+
+class WorkloadIn(Body):
+    name: Name | None = Field(None, description="generated from the project when left out")
+    project: Name
+    tasks: list[TaskGroupIn] = Field(min_length=1, max_length=16)
+    priority: str | int = "train"
+    preemptible: bool | None = Field(None, description="default: true below priority 100")
+    min_available: int | None = Field(None, ge=1)
+    node_selector: dict[LabelKey, LabelValue | list[LabelValue]] = Field(
+        default_factory=dict, max_length=32
+    )
+    topology: TopologyIn | None = None
+    command: list[Annotated[str, Field(max_length=65536)]] = Field(
+        default_factory=list, max_length=4096
+    )
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)], str] = (
+        Field(default_factory=dict, max_length=1024)
+    )
+    workdir: str | None = Field(None, max_length=4096)
+    max_runtime: float | str | None = None
+    backoff_limit: int = Field(0, ge=0, le=100)
+
+    @field_validator("priority")
+    @classmethod
+    def _priority(cls, value: str | int) -> str | int:
+        number = resolve_priority(value)
+        if abs(number) > 1_000_000:
+            raise ValueError("must be between -1000000 and 1000000")
+        return value
+
+    @field_validator("max_runtime")
+    @classmethod
+    def _runtime(cls, value: float | str | None) -> float | str | None:
+        if value is not None:
+            duration_seconds(value)
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+        for key, values in value.items():
+            if isinstance(values, list) and not values:
+                raise ValueError(f"{key}: give at least one value")
+        return value
+
+    @model_validator(mode="after")
+    def _min_available(self) -> WorkloadIn:
+        total = sum(group.replicas for group in self.tasks)
+        if total > 4096:
+            raise ValueError("at most 4096 tasks in one workload")
+        if self.min_available is not None and self.min_available > total:
+            raise ValueError(f"min_available {self.min_available} is more than the {total} tasks")
+        names = [group.name for group in self.tasks]
+        if len(set(names)) != len(names):
+            raise ValueError("task group names must differ")
+        return self
+
+    def to_spec(self, name: str, user: str) -> WorkloadSpec:
+        priority = resolve_priority(self.priority)
+        return WorkloadSpec(
+            name=name,
+            project=self.project,
+            user=user,
+            task_groups=tuple(group.to_model() for group in self.tasks),
+            priority=priority,
+            preemptible=(
+                default_preemptible(priority) if self.preemptible is None else self.preemptible
+            ),
+            min_available=self.min_available,
+            node_selector={
+                key: tuple(values) if isinstance(values, list) else (values,)
+                for key, values in self.node_selector.items()
+            },
+            topology=Topology(self.topology.key, self.topology.required) if self.topology else None,
+            command=tuple(self.command),
+            env=dict(self.env),
+            workdir=self.workdir,
+            max_runtime=duration_seconds(self.max_runtime)
+            if self.max_runtime is not None
+            else None,
+            backoff_limit=self.backoff_limit,
+        )
+
+
+class TaskGroupOut(BaseModel):
+    name: str
+    replicas: int
+    gpu: float
+    gpu_memory: int
+    cpu: float
+    memory: int
+
+
+class PlacementOut(BaseModel):
+    task: int
+    node: str
+    devices: list[int]
+    gpu: float
+
+    @classmethod
+    def of(cls, placement: Placement) -> PlacementOut:
+        return cls(
+            task=placement.task,
+            node=placement.node,
+            devices=list(placement.devices),
+            gpu=placement.gpu,
+        )
+
+
+class TopologyOut(BaseModel):
+    key: str
+    required: bool
+
+
+class WorkloadOut(BaseModel):
+    name: str
+    project: str
+    user: str
+    status: Literal["pending", "running", "suspended", "succeeded", "failed"]
+    reason: str | None
+    priority: int
+    preemptible: bool
+    tasks: list[TaskGroupOut]
+    min_available: int | None
+    node_selector: dict[str, list[str]]
+    topology: TopologyOut | None
+    command: list[str]
+    env: dict[str, str]
+    workdir: str | None
+    max_runtime: float | None
+    backoff_limit: int
+    attempts: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    placements: list[PlacementOut]
+
+
+class EventOut(BaseModel):
+    id: int
+    time: float
+    workload: str | None
+    node: str | None
+    kind: str
+    cause: str
+    reason: str
+
+
+class HolderOut(BaseModel):
+    workload: str
+    project: str
+    priority: int
+    preemptible: bool
+    node: str
+    gpu: float
+
+
+class WhyOut(BaseModel):
+    workload: str
+    status: str
+    reason: str | None
+    position: int | None = Field(description="1 for the next in its project to be tried")
+    ahead: list[str] = Field(description="pending workloads of its project tried before it")
+    holders: list[HolderOut] = Field(description="running work on the nodes it may use")
+
+
+# -- nodes ----------------------------------------------------------------------------------
+
+
+class DeviceIn(Body):
+    index: int = Field(ge=0, le=1023)
+    uuid: str = Field(min_length=1, max_length=128)
+    model: str = Field(min_length=1, max_length=63)
+    memory: Memory
+    virtual: bool = False
+
+
+class NodeIn(Body):
+    name: Name
+    gpus: int = Field(0, ge=0, le=1024)
+    gpu_memory: Memory = "80GiB"
+    gpu_model: str = Field("generic", min_length=1, max_length=63)
+    cpu: Amount = 64.0
+    memory: Memory = "512GiB"
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
+    devices: list[DeviceIn] | None = Field(
+        None, description="the node's devices; virtual devices are made up when left out"
+    )
+    virtual: bool = False
+
+    @field_validator("gpu_memory", "memory")
+    @classmethod
+    def _memory(cls, value: int | str) -> int | str:
+        memory_bytes(value)
+        return value
+
+    @model_validator(mode="after")
+    def _devices(self) -> NodeIn:
+        if self.devices is not None:
+            if len(self.devices) != self.gpus:
+                raise ValueError(f"{len(self.devices)} devices listed for {self.gpus} GPUs")
+            if sorted(device.index for device in self.devices) != list(range(self.gpus)):
+                raise ValueError("device indices must be 0 to gpus-1, each once")
+        return self
+
+    def to_spec(self) -> NodeSpec:
+        gpu_memory = memory_bytes(self.gpu_memory)
+        virtual = self.virtual or self.devices is None
+        devices = (
+            tuple(
+                Device(d.index, d.uuid, d.model, memory_bytes(d.memory), d.virtual)
+                for d in self.devices
+            )
+            if self.devices is not None
+            else tuple(
+                Device(i, f"virtual-{self.name}-{i}", self.gpu_model, gpu_memory, True)
+                for i in range(self.gpus)
+            )
+        )
+        node = Node(
+            name=self.name,
+            gpus=self.gpus,
+            gpu_memory=gpu_memory,
+            gpu_model=self.gpu_model,
+            cpu=self.cpu,
+            memory=memory_bytes(self.memory),
+            labels=dict(self.labels),
+        )
+        return NodeSpec(node, devices, virtual)
+
+
+class DeviceOut(BaseModel):
+    index: int
+    uuid: str
+    model: str
+    memory: int
+    virtual: bool
+
+
+class TaskOnNodeOut(BaseModel):
+    workload: str
+    project: str
+    task: int
+    devices: list[int]
+    gpu: float
+
+
+class NodeOut(BaseModel):
+    name: str
+    gpus: int
+    gpu_model: str
+    gpu_memory: int
+    cpu: float
+    memory: int
+    labels: dict[str, str]
+    schedulable: bool
+    state: str
+    virtual: bool
+    devices: list[DeviceOut]
+    tasks: list[TaskOnNodeOut]
+    allocated_gpu: float
+    registered_at: float
+    heartbeat_at: float | None
+
+
+# -- cluster, users -------------------------------------------------------------------------
+
+
+class ClusterOut(BaseModel):
+    nodes: int
+    nodes_ready: int
+    gpus: int
+    gpus_allocated: float
+    gpus_free: float
+    virtual_gpus: int
+    workloads: dict[str, int]
+    queues: int
+    last_cycle_at: float | None
+    last_cycle_seconds: float | None
+
+
+class UserIn(Body):
+    name: Name
+    role: Literal["admin", "member", "viewer"] = "member"
+    project: Name | None = None
+
+    @model_validator(mode="after")
+    def _project(self) -> UserIn:
+        if self.role == "member" and self.project is None:
+            raise ValueError("a member needs a project")
+        return self
+
+
+class UserOut(BaseModel):
+    name: str
+    role: str
+    project: str | None
+
+
+class TokenOut(BaseModel):
+    user: str
+    token: str = Field(description="shown once; only its digest is stored")
+
+
+class ErrorOut(BaseModel):
+    detail: str

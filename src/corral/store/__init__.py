@@ -1,0 +1,33 @@
+"""The durable store: schema, migrations, and the only code that speaks SQL."""
+
+from corral.store.db import Store, database_url
+from corral.store.errors import Conflict, Invalid, NotFound, StoreError
+from corral.store.records import (
+    ACTIVE,
+    ROLES,
+    STATUSES,
+    EventRecord,
+    NodeRecord,
+    QueueRecord,
+    TaskOnNode,
+    UserRecord,
+    WorkloadRecord,
+)
+
+__all__ = [
+    "ACTIVE",
+    "ROLES",
+    "STATUSES",
+    "Conflict",
+    "EventRecord",
+    "Invalid",
+    "NodeRecord",
+    "NotFound",
+    "QueueRecord",
+    "Store",
+    "StoreError",
+    "TaskOnNode",
+    "UserRecord",
+    "WorkloadRecord",
+    "database_url",
+]

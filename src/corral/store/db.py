@@ -1,0 +1,824 @@
+"""The durable store: the only code in corral that speaks SQL.
+
+SQLite (WAL mode, full fsync) is the embedded default; PostgreSQL is used by URL. Every
+public method that changes state runs in one transaction and under one process-wide write
+lock, so that the scheduler loop and API requests never interleave half-done changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+
+from corral.model import (
+    Decisions,
+    Node,
+    Placement,
+    Queue,
+    Resources,
+    Snapshot,
+    TaskGroup,
+    Topology,
+    Workload,
+)
+from corral.model.spec import Device, NodeSpec, WorkloadSpec
+from corral.store.errors import Conflict, Invalid, NotFound
+from corral.store.records import (
+    ACTIVE,
+    ROLES,
+    EventRecord,
+    NodeRecord,
+    QueueRecord,
+    TaskOnNode,
+    UserRecord,
+    WorkloadRecord,
+)
+from corral.store.schema import (
+    DeviceRow,
+    EventRow,
+    NodeRow,
+    PlacementRow,
+    QueueRow,
+    TaskGroupRow,
+    TokenRow,
+    UserRow,
+    WorkloadRow,
+)
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+TOKEN_PREFIX = "crl_"
+
+
+def database_url(data_dir: Path | None, url: str | None) -> str:
+    """The SQLAlchemy URL for `--db URL`, or the embedded SQLite file in `data_dir`."""
+    if url:
+        if url.startswith("postgresql://") or url.startswith("postgres://"):
+            return "postgresql+psycopg://" + url.split("://", 1)[1]
+        return url
+    if data_dir is None:
+        raise ValueError("either a data directory or a database URL is needed")
+    return f"sqlite:///{data_dir / 'corral.db'}"
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Store:
+    """Queues, nodes, workloads, events, users and tokens, durably."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sqlite = url.startswith("sqlite")
+        self.engine: Engine = create_engine(
+            url,
+            pool_pre_ping=not self.sqlite,
+            **({"connect_args": {"check_same_thread": False}} if self.sqlite else {}),
+        )
+        if self.sqlite:
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._write_lock = threading.RLock()
+        self.migrate()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration."""
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the write lock across several calls (the scheduler's cycle does)."""
+        with self._write_lock:
+            yield
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with self._write_lock, self._sessions.begin() as session:
+            yield session
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with self._sessions() as session:
+            yield session
+
+    # -- queues --------------------------------------------------------------------------
+
+    def create_queue(self, queue: Queue) -> QueueRecord:
+        with self._write() as session:
+            if _queue_row(session, queue.name, required=False) is not None:
+                raise Conflict(f"queue {queue.name!r} already exists")
+            parent = None
+            if queue.parent is not None:
+                parent = _queue_row(session, queue.parent, field="parent")
+                if session.scalar(select(WorkloadRow.id).where(WorkloadRow.queue_id == parent.id)):
+                    raise Invalid("parent", f"queue {queue.parent!r} holds workloads")
+            _check_quota(queue)
+            row = QueueRow(
+                name=queue.name, parent_id=parent.id if parent else None, created_at=time.time()
+            )
+            _fill_queue(row, queue)
+            session.add(row)
+            session.flush()
+            _event(session, "queue-created", "api", f"queue {queue.name} created")
+            return _queue_record(session, row)
+
+    def update_queue(self, name: str, changes: dict[str, Any]) -> QueueRecord:
+        """Change some of a queue's fields: parent, deserved, limit, over_quota_weight, priority."""
+        with self._write() as session:
+            row = _queue_row(session, name)
+            current = _queue_model(session, row)
+            updated = replace(current, **changes)
+            if "parent" in changes and updated.parent != current.parent:
+                if updated.parent is None:
+                    row.parent_id = None
+                else:
+                    parent = _queue_row(session, updated.parent, field="parent")
+                    chain = _ancestry(session, parent)
+                    if row.id in chain:
+                        names = " -> ".join([name, *_names_down_to(session, parent, row)])
+                        raise Invalid("parent", f"cycle {names}")
+                    if session.scalar(
+                        select(WorkloadRow.id).where(WorkloadRow.queue_id == parent.id)
+                    ):
+                        raise Invalid("parent", f"queue {updated.parent!r} holds workloads")
+                    row.parent_id = parent.id
+            _check_quota(updated)
+            _fill_queue(row, updated)
+            _event(session, "queue-updated", "api", f"queue {name} changed: {sorted(changes)}")
+            return _queue_record(session, row)
+
+    def delete_queue(self, name: str) -> None:
+        with self._write() as session:
+            row = _queue_row(session, name)
+            if session.scalar(select(func.count()).where(QueueRow.parent_id == row.id)):
+                raise Conflict(f"queue {name!r} has child queues; delete them first")
+            held = session.scalar(
+                select(func.count())
+                .select_from(WorkloadRow)
+                .where(
+                    WorkloadRow.queue_id == row.id,
+                    WorkloadRow.status.not_in(("succeeded", "failed")),
+                )
+            )
+            if held:
+                raise Conflict(f"queue {name!r} still holds {held} workloads")
+            session.execute(delete(WorkloadRow).where(WorkloadRow.queue_id == row.id))
+            session.delete(row)
+            _event(session, "queue-deleted", "api", f"queue {name} deleted")
+
+    def get_queue(self, name: str) -> QueueRecord:
+        with self._read() as session:
+            return _queue_record(session, _queue_row(session, name))
+
+    def list_queues(self) -> list[QueueRecord]:
+        with self._read() as session:
+            rows = session.scalars(select(QueueRow).order_by(QueueRow.id)).all()
+            return [_queue_record(session, row) for row in rows]
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def register_node(self, spec: NodeSpec, replace_existing: bool = False) -> NodeRecord:
+        """Add a node with its devices. With `replace_existing` (an agent re-registering),
+        an existing node's devices and labels are updated and its work is kept."""
+        node = spec.node
+        if len(spec.devices) != node.gpus:
+            raise Invalid("devices", f"{len(spec.devices)} devices listed for {node.gpus} GPUs")
+        if sorted(device.index for device in spec.devices) != list(range(node.gpus)):
+            raise Invalid("devices", "device indices must be 0 to gpus-1, each once")
+        with self._write() as session:
+            row = session.scalar(select(NodeRow).where(NodeRow.name == node.name))
+            now = time.time()
+            if row is not None and not replace_existing:
+                raise Conflict(f"node {node.name!r} already exists")
+            if row is None:
+                row = NodeRow(name=node.name, registered_at=now, schedulable=True)
+                session.add(row)
+            else:
+                used = max(
+                    (max(p.devices, default=-1) for p in _node_placements(session, row)),
+                    default=-1,
+                )
+                if used >= node.gpus:
+                    raise Conflict(f"node {node.name!r} has work on device {used}")
+                row.devices.clear()
+                session.flush()
+            row.gpu_model = node.gpu_model
+            row.gpu_memory = node.gpu_memory
+            row.cpu = node.cpu
+            row.memory = node.memory
+            row.labels = dict(node.labels)
+            row.virtual = spec.virtual
+            row.state = "ready"
+            row.heartbeat_at = now
+            row.devices = [
+                DeviceRow(
+                    index=d.index, uuid=d.uuid, model=d.model, memory=d.memory, virtual=d.virtual
+                )
+                for d in sorted(spec.devices, key=lambda d: d.index)
+            ]
+            session.flush()
+            _event(session, "node-registered", "api", f"{node.gpus} GPUs", node=node.name)
+            return _node_record(session, row)
+
+    def set_schedulable(self, name: str, schedulable: bool) -> NodeRecord:
+        with self._write() as session:
+            row = _node_row(session, name)
+            if row.schedulable != schedulable:
+                row.schedulable = schedulable
+                kind = "node-uncordoned" if schedulable else "node-cordoned"
+                _event(session, kind, "api", "", node=name)
+            return _node_record(session, row)
+
+    def remove_node(self, name: str) -> list[str]:
+        """Remove a node; its workloads go back to pending. Returns their names."""
+        with self._write() as session:
+            row = _node_row(session, name)
+            requeued = _requeue_node(session, row, f"node {name} was removed")
+            session.delete(row)
+            _event(session, "node-removed", "api", "", node=name)
+            return requeued
+
+    def get_node(self, name: str) -> NodeRecord:
+        with self._read() as session:
+            return _node_record(session, _node_row(session, name))
+
+    def list_nodes(self) -> list[NodeRecord]:
+        with self._read() as session:
+            rows = session.scalars(
+                select(NodeRow).options(selectinload(NodeRow.devices)).order_by(NodeRow.name)
+            ).all()
+            return [_node_record(session, row) for row in rows]
+
+    # -- workloads -----------------------------------------------------------------------
+
+    def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
+        with self._write() as session:
+            if session.scalar(select(WorkloadRow.id).where(WorkloadRow.name == spec.name)):
+                raise Conflict(f"workload {spec.name!r} already exists")
+            queue = _queue_row(session, spec.project, field="project")
+            if session.scalar(select(QueueRow.id).where(QueueRow.parent_id == queue.id)):
+                raise Invalid("project", f"{spec.project!r} is a department; submit to a project")
+            row = WorkloadRow(
+                name=spec.name,
+                queue_id=queue.id,
+                user=spec.user,
+                priority=spec.priority,
+                preemptible=spec.preemptible,
+                min_available=spec.min_available,
+                node_selector={key: list(values) for key, values in spec.node_selector.items()},
+                topology_key=spec.topology.key if spec.topology else None,
+                topology_required=spec.topology.required if spec.topology else True,
+                command=list(spec.command),
+                env=dict(spec.env),
+                workdir=spec.workdir,
+                max_runtime=spec.max_runtime,
+                backoff_limit=spec.backoff_limit,
+                status="pending",
+                attempts=0,
+                created_at=time.time(),
+                task_groups=[
+                    TaskGroupRow(
+                        ordinal=i,
+                        name=g.name,
+                        replicas=g.replicas,
+                        gpu=g.gpu,
+                        gpu_memory=g.gpu_memory,
+                        cpu=g.cpu,
+                        memory=g.memory,
+                    )
+                    for i, g in enumerate(spec.task_groups)
+                ],
+            )
+            session.add(row)
+            session.flush()
+            _event(session, "submitted", spec.user, f"to {spec.project}", workload=spec.name)
+            return _workload_record(row, queue.name)
+
+    def get_workload(self, name: str) -> WorkloadRecord:
+        with self._read() as session:
+            row = _workload_row(session, name)
+            return _workload_record(row, row.queue.name)
+
+    def list_workloads(
+        self,
+        project: str | None = None,
+        status: str | None = None,
+        user: str | None = None,
+    ) -> list[WorkloadRecord]:
+        with self._read() as session:
+            query = (
+                select(WorkloadRow, QueueRow.name)
+                .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
+                .options(
+                    selectinload(WorkloadRow.task_groups),
+                    selectinload(WorkloadRow.placements).selectinload(PlacementRow.node),
+                )
+                .order_by(WorkloadRow.id)
+            )
+            if project is not None:
+                query = query.where(QueueRow.name == project)
+            if status is not None:
+                query = query.where(WorkloadRow.status == status)
+            if user is not None:
+                query = query.where(WorkloadRow.user == user)
+            return [_workload_record(row, queue) for row, queue in session.execute(query).all()]
+
+    def delete_workload(self, name: str, cause: str) -> WorkloadRecord:
+        """Delete a workload and free its devices. Returns what it was."""
+        with self._write() as session:
+            row = _workload_row(session, name)
+            record = _workload_record(row, row.queue.name)
+            session.delete(row)
+            _event(session, "deleted", cause, "", workload=name)
+            return record
+
+    def suspend(self, name: str, cause: str) -> WorkloadRecord:
+        """Take a workload out of scheduling; a running one gives its devices back."""
+        with self._write() as session:
+            row = _workload_row(session, name)
+            if row.status not in ACTIVE:
+                raise Conflict(
+                    f"workload {name!r} is {row.status}; only pending or running work "
+                    "can be suspended"
+                )
+            record = _workload_record(row, row.queue.name)
+            row.placements.clear()
+            row.status = "suspended"
+            row.reason = f"suspended by {cause}"
+            _event(session, "suspended", cause, "", workload=name)
+            return record
+
+    def resume(self, name: str, cause: str) -> WorkloadRecord:
+        with self._write() as session:
+            row = _workload_row(session, name)
+            if row.status != "suspended":
+                raise Conflict(f"workload {name!r} is {row.status}, not suspended")
+            row.status = "pending"
+            row.reason = None
+            _event(session, "resumed", cause, "", workload=name)
+            session.flush()
+            return _workload_record(row, row.queue.name)
+
+    def events(self, workload: str | None = None, limit: int = 1000) -> list[EventRecord]:
+        with self._read() as session:
+            query = select(EventRow).order_by(EventRow.id.desc()).limit(limit)
+            if workload is not None:
+                query = query.where(EventRow.workload == workload)
+            rows = list(reversed(session.scalars(query).all()))
+            return [
+                EventRecord(r.id, r.time, r.workload, r.node, r.kind, r.cause, r.reason)
+                for r in rows
+            ]
+
+    # -- scheduling ----------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """Pending and running work, every queue and node, as the engine reads them."""
+        with self._read() as session:
+            queues = session.scalars(select(QueueRow).order_by(QueueRow.id)).all()
+            names = {row.id: row.name for row in queues}
+            nodes = session.scalars(select(NodeRow).order_by(NodeRow.name)).all()
+            node_names = {row.id: row.name for row in nodes}
+            rows = session.scalars(
+                select(WorkloadRow)
+                .where(WorkloadRow.status.in_(ACTIVE))
+                .options(
+                    selectinload(WorkloadRow.task_groups), selectinload(WorkloadRow.placements)
+                )
+                .order_by(WorkloadRow.id)
+            ).all()
+            return Snapshot(
+                nodes=tuple(_node_model(row) for row in nodes),
+                queues=tuple(_queue_from_row(row, names) for row in queues),
+                workloads=tuple(
+                    _workload_model(row, names[row.queue_id], node_names) for row in rows
+                ),
+            )
+
+    def apply(self, decisions: Decisions) -> None:
+        """Write one cycle's decisions in one transaction: evictions, bindings, reasons."""
+        with self._write() as session:
+            now = time.time()
+            names = set(decisions.bindings) | {e.workload for e in decisions.evictions}
+            names |= set(decisions.pending)
+            rows = (
+                {
+                    row.name: row
+                    for row in session.scalars(
+                        select(WorkloadRow)
+                        .where(WorkloadRow.name.in_(names))
+                        .options(selectinload(WorkloadRow.placements))
+                    ).all()
+                }
+                if names
+                else {}
+            )
+            node_ids = dict(session.execute(select(NodeRow.name, NodeRow.id)).tuples().all())
+            for eviction in decisions.evictions:
+                row = rows[eviction.workload]
+                gone = set(eviction.tasks)
+                row.placements[:] = [p for p in row.placements if p.task not in gone]
+                if not row.placements:
+                    row.status = "pending"
+                    row.reason = f"{eviction.action}ed for {eviction.by}: {eviction.reason}"
+                _event(
+                    session,
+                    "evicted",
+                    eviction.action,
+                    f"{eviction.action}ed for {eviction.by}: {eviction.reason}",
+                    workload=eviction.workload,
+                )
+            for name, placements in decisions.bindings.items():
+                row = rows[name]
+                for placement in placements:
+                    row.placements.append(
+                        PlacementRow(
+                            task=placement.task,
+                            node_id=node_ids[placement.node],
+                            devices=list(placement.devices),
+                            gpu=placement.gpu,
+                            created_at=now,
+                        )
+                    )
+                if row.status != "running":
+                    row.status = "running"
+                    row.started_at = row.started_at or now
+                    row.attempts += 1
+                row.reason = None
+                where = ", ".join(sorted({p.node for p in placements}))
+                _event(
+                    session,
+                    "bound",
+                    "scheduler",
+                    f"{len(placements)} tasks on {where}",
+                    workload=name,
+                )
+            for name, reason in decisions.pending.items():
+                pending = rows.get(name)
+                if pending is not None and pending.status == "pending" and pending.reason != reason:
+                    pending.reason = reason
+
+    # -- users and tokens ----------------------------------------------------------------
+
+    def ensure_admin(self) -> str | None:
+        """Create the first admin and return its token, or None when users exist already."""
+        with self._write() as session:
+            if session.scalar(select(func.count()).select_from(UserRow)):
+                return None
+            user = UserRow(name="admin", role="admin", created_at=time.time())
+            session.add(user)
+            session.flush()
+            return _new_token(session, user)
+
+    def create_user(self, name: str, role: str, project: str | None) -> tuple[UserRecord, str]:
+        """Create a user with a first token; returns the user and the token."""
+        if role not in ROLES:
+            raise Invalid("role", f"{role!r} is not one of {', '.join(ROLES)}")
+        if role == "member" and project is None:
+            raise Invalid("project", "a member needs a project")
+        with self._write() as session:
+            if session.scalar(select(UserRow.id).where(UserRow.name == name)):
+                raise Conflict(f"user {name!r} already exists")
+            queue = _queue_row(session, project, field="project") if project else None
+            user = UserRow(
+                name=name, role=role, project_id=queue.id if queue else None, created_at=time.time()
+            )
+            session.add(user)
+            session.flush()
+            token = _new_token(session, user)
+            _event(session, "user-created", "api", f"{name} ({role})")
+            return UserRecord(name, role, project), token
+
+    def create_token(self, user: str) -> str:
+        with self._write() as session:
+            row = session.scalar(select(UserRow).where(UserRow.name == user))
+            if row is None:
+                raise NotFound(f"user {user!r} not found")
+            return _new_token(session, row)
+
+    def list_users(self) -> list[UserRecord]:
+        with self._read() as session:
+            rows = session.scalars(select(UserRow).order_by(UserRow.id)).all()
+            return [UserRecord(r.name, r.role, r.project.name if r.project else None) for r in rows]
+
+    def authenticate(self, token: str) -> UserRecord | None:
+        with self._read() as session:
+            row = session.scalar(select(TokenRow).where(TokenRow.digest == digest(token)))
+            if row is None:
+                return None
+            user = row.user
+            return UserRecord(user.name, user.role, user.project.name if user.project else None)
+
+    # -- checks --------------------------------------------------------------------------
+
+    def integrity_problems(self) -> list[str]:
+        """Everything that contradicts the store's invariants (empty when it is sound)."""
+        problems = []
+        with self._read() as session:
+            nodes = {row.id: row for row in session.scalars(select(NodeRow)).all()}
+            usage: dict[tuple[int, int], float] = {}
+            for placement in session.scalars(select(PlacementRow)).all():
+                node = nodes.get(placement.node_id)
+                workload = placement.workload
+                if workload.status != "running":
+                    problems.append(f"{workload.name} is {workload.status} but holds a placement")
+                if node is None:
+                    problems.append(f"{workload.name} is placed on a missing node")
+                    continue
+                indices = {device.index for device in node.devices}
+                for device in placement.devices:
+                    if device not in indices:
+                        problems.append(
+                            f"{workload.name} uses {node.name} device {device}, "
+                            "which does not exist"
+                        )
+                    share = placement.gpu / len(placement.devices)
+                    usage[(node.id, device)] = usage.get((node.id, device), 0.0) + share
+            for (node_id, device), used in sorted(usage.items()):
+                if used > 1.0 + 1e-6:
+                    problems.append(
+                        f"{nodes[node_id].name} device {device} is committed {used:.2f} times"
+                    )
+            running = session.scalars(
+                select(WorkloadRow).where(WorkloadRow.status == "running")
+            ).all()
+            for workload in running:
+                if not workload.placements:
+                    problems.append(f"{workload.name} is running without placements")
+        return problems
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # FULL: a transaction that returned is on disk, even if the machine loses power.
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def _event(
+    session: Session,
+    kind: str,
+    cause: str,
+    reason: str,
+    workload: str | None = None,
+    node: str | None = None,
+) -> None:
+    session.add(
+        EventRow(
+            time=time.time(), workload=workload, node=node, kind=kind, cause=cause, reason=reason
+        )
+    )
+
+
+def _new_token(session: Session, user: UserRow) -> str:
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    session.add(TokenRow(user_id=user.id, digest=digest(token), created_at=time.time()))
+    return token
+
+
+def _queue_row(session: Session, name: str, field: str = "name", required: bool = True) -> QueueRow:
+    row = session.scalar(select(QueueRow).where(QueueRow.name == name))
+    if row is None and required:
+        if field == "name":
+            raise NotFound(f"queue {name!r} not found")
+        raise Invalid(field, f"unknown queue {name!r}")
+    return row  # type: ignore[return-value]
+
+
+def _node_row(session: Session, name: str) -> NodeRow:
+    row = session.scalar(select(NodeRow).where(NodeRow.name == name))
+    if row is None:
+        raise NotFound(f"node {name!r} not found")
+    return row
+
+
+def _workload_row(session: Session, name: str) -> WorkloadRow:
+    row = session.scalar(select(WorkloadRow).where(WorkloadRow.name == name))
+    if row is None:
+        raise NotFound(f"workload {name!r} not found")
+    return row
+
+
+def _ancestry(session: Session, row: QueueRow) -> list[int]:
+    chain = []
+    current: QueueRow | None = row
+    while current is not None:
+        chain.append(current.id)
+        current = current.parent
+    return chain
+
+
+def _names_down_to(session: Session, parent: QueueRow, target: QueueRow) -> list[str]:
+    """Names from `parent` up its ancestry to `target`, for a cycle message."""
+    names = []
+    current: QueueRow | None = parent
+    while current is not None:
+        names.append(current.name)
+        if current.id == target.id:
+            break
+        current = current.parent
+    return names
+
+
+def _optional(value: float) -> float | None:
+    return None if math.isinf(value) else value
+
+
+def _check_quota(queue: Queue) -> None:
+    for resource in Resources.NAMES:
+        deserved = queue.deserved.get(resource)
+        limit = queue.limit.get(resource)
+        if deserved < 0:
+            raise Invalid(f"deserved.{resource}", "must be 0 or more")
+        if limit < 0:
+            raise Invalid(f"limit.{resource}", "must be 0 or more")
+        if queue.over_quota_weight.get(resource) < 0:
+            raise Invalid(f"over_quota_weight.{resource}", "must be 0 or more")
+        if math.isfinite(deserved) and limit < deserved:
+            raise Invalid(f"limit.{resource}", f"{limit:g} is below deserved {deserved:g}")
+
+
+def _fill_queue(row: QueueRow, queue: Queue) -> None:
+    row.deserved_gpu = queue.deserved.gpu
+    row.deserved_cpu = _optional(queue.deserved.cpu)
+    row.deserved_memory = _int_or_none(queue.deserved.memory)
+    row.limit_gpu = _optional(queue.limit.gpu)
+    row.limit_cpu = _optional(queue.limit.cpu)
+    row.limit_memory = _int_or_none(queue.limit.memory)
+    row.weight_gpu = queue.over_quota_weight.gpu
+    row.weight_cpu = queue.over_quota_weight.cpu
+    row.weight_memory = queue.over_quota_weight.memory
+    row.priority = queue.priority
+
+
+def _int_or_none(value: float) -> int | None:
+    return None if math.isinf(value) else int(value)
+
+
+def _or_inf(value: float | None) -> float:
+    return math.inf if value is None else float(value)
+
+
+def _queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
+    return Queue(
+        name=row.name,
+        parent=names[row.parent_id] if row.parent_id is not None else None,
+        deserved=Resources(
+            row.deserved_gpu, _or_inf(row.deserved_cpu), _or_inf(row.deserved_memory)
+        ),
+        limit=Resources(_or_inf(row.limit_gpu), _or_inf(row.limit_cpu), _or_inf(row.limit_memory)),
+        over_quota_weight=Resources(row.weight_gpu, row.weight_cpu, row.weight_memory),
+        priority=row.priority,
+    )
+
+
+def _queue_model(session: Session, row: QueueRow) -> Queue:
+    names = dict(session.execute(select(QueueRow.id, QueueRow.name)).tuples().all())
+    return _queue_from_row(row, names)
+
+
+def _queue_record(session: Session, row: QueueRow) -> QueueRecord:
+    children = session.scalars(
+        select(QueueRow.name).where(QueueRow.parent_id == row.id).order_by(QueueRow.id)
+    ).all()
+    return QueueRecord(_queue_model(session, row), tuple(children), row.created_at)
+
+
+def _node_model(row: NodeRow) -> Node:
+    return Node(
+        name=row.name,
+        gpus=len(row.devices),
+        gpu_memory=row.gpu_memory,
+        gpu_model=row.gpu_model,
+        cpu=row.cpu,
+        memory=row.memory,
+        labels=dict(row.labels),
+        schedulable=row.schedulable and row.state == "ready",
+    )
+
+
+def _node_placements(session: Session, row: NodeRow) -> list[PlacementRow]:
+    return list(session.scalars(select(PlacementRow).where(PlacementRow.node_id == row.id)).all())
+
+
+def _node_record(session: Session, row: NodeRow) -> NodeRecord:
+    tasks = []
+    for placement in _node_placements(session, row):
+        workload = placement.workload
+        tasks.append(
+            TaskOnNode(
+                workload.name,
+                workload.queue.name,
+                placement.task,
+                tuple(placement.devices),
+                placement.gpu,
+            )
+        )
+    return NodeRecord(
+        node=replace(_node_model(row), schedulable=row.schedulable),
+        devices=tuple(Device(d.index, d.uuid, d.model, d.memory, d.virtual) for d in row.devices),
+        virtual=row.virtual,
+        state=row.state,
+        registered_at=row.registered_at,
+        heartbeat_at=row.heartbeat_at,
+        tasks=tuple(sorted(tasks, key=lambda t: (t.devices, t.workload, t.task))),
+    )
+
+
+def _requeue_node(session: Session, row: NodeRow, why: str) -> list[str]:
+    """Send every workload with a task on `row` back to pending, a gang as a whole."""
+    affected = session.scalars(
+        select(WorkloadRow)
+        .join(PlacementRow, PlacementRow.workload_id == WorkloadRow.id)
+        .where(PlacementRow.node_id == row.id)
+        .distinct()
+    ).all()
+    for workload in affected:
+        workload.placements.clear()
+        workload.status = "pending"
+        workload.reason = why
+        _event(session, "requeued", "node", why, workload=workload.name, node=row.name)
+    return [workload.name for workload in affected]
+
+
+def _spec(row: WorkloadRow, project: str) -> WorkloadSpec:
+    return WorkloadSpec(
+        name=row.name,
+        project=project,
+        user=row.user,
+        task_groups=tuple(
+            TaskGroup(g.name, g.replicas, g.gpu, g.gpu_memory, g.cpu, g.memory)
+            for g in row.task_groups
+        ),
+        priority=row.priority,
+        preemptible=row.preemptible,
+        min_available=row.min_available,
+        node_selector={key: tuple(values) for key, values in row.node_selector.items()},
+        topology=Topology(row.topology_key, row.topology_required) if row.topology_key else None,
+        command=tuple(row.command),
+        env=dict(row.env),
+        workdir=row.workdir,
+        max_runtime=row.max_runtime,
+        backoff_limit=row.backoff_limit,
+    )
+
+
+def _workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
+    return WorkloadRecord(
+        id=row.id,
+        spec=_spec(row, project),
+        status=row.status,
+        reason=row.reason,
+        attempts=row.attempts,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        placements=tuple(
+            Placement(p.task, p.node.name, tuple(p.devices), p.gpu) for p in row.placements
+        ),
+    )
+
+
+def _workload_model(row: WorkloadRow, project: str, node_names: dict[int, str]) -> Workload:
+    spec = _spec(row, project)
+    return Workload(
+        name=row.name,
+        queue=project,
+        task_groups=spec.task_groups,
+        priority=row.priority,
+        preemptible=row.preemptible,
+        min_available=row.min_available,
+        node_selector=spec.node_selector,
+        topology=spec.topology,
+        submitted=float(row.id),
+        placements=tuple(
+            Placement(p.task, node_names[p.node_id], tuple(p.devices), p.gpu)
+            for p in row.placements
+        ),
+    )

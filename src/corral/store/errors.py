@@ -1,0 +1,24 @@
+"""Typed errors of the store; the server maps them to HTTP statuses."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error the store raises on purpose."""
+
+
+class NotFound(StoreError):
+    """The named object does not exist (HTTP 404)."""
+
+
+class Conflict(StoreError):
+    """The request clashes with the current state: a name taken, a queue in use (HTTP 409)."""
+
+
+class Invalid(StoreError):
+    """A field has a value the current state does not allow (HTTP 422)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message

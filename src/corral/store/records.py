@@ -1,0 +1,79 @@
+"""What the store hands out: plain values, never ORM rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.model import Node, Placement, Queue
+from corral.model.spec import Device, WorkloadSpec
+
+ACTIVE = ("pending", "running")
+FINISHED = ("succeeded", "failed")
+STATUSES = ("pending", "running", "suspended", "succeeded", "failed")
+ROLES = ("admin", "member", "viewer")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    queue: Queue
+    children: tuple[str, ...]
+    created_at: float
+
+    @property
+    def department(self) -> bool:
+        return bool(self.children)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOnNode:
+    workload: str
+    project: str
+    task: int
+    devices: tuple[int, ...]
+    gpu: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    node: Node
+    devices: tuple[Device, ...]
+    virtual: bool
+    state: str
+    registered_at: float
+    heartbeat_at: float | None
+    tasks: tuple[TaskOnNode, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    id: int
+    spec: WorkloadSpec
+    status: str
+    reason: str | None
+    attempts: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    placements: tuple[Placement, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    id: int
+    time: float
+    workload: str | None
+    node: str | None
+    kind: str
+    cause: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    name: str
+    role: str
+    project: str | None

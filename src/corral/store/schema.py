@@ -1,0 +1,204 @@
+"""The database schema. Alembic migrations in `corral/store/migrations` create it.
+
+Times are seconds since the epoch (float), so that SQLite and PostgreSQL store them alike.
+Memory amounts are bytes. A NULL limit means unlimited; a NULL CPU or memory `deserved`
+means that resource is not managed for the queue (see `corral.model.Queue`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAME = 63  # DNS-label length, as Kubernetes uses for object names
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class QueueRow(Base):
+    """A department or project."""
+
+    __tablename__ = "queues"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME), unique=True)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("queues.id", ondelete="RESTRICT"))
+    deserved_gpu: Mapped[float] = mapped_column(Float, default=0.0)
+    deserved_cpu: Mapped[float | None] = mapped_column(Float)
+    deserved_memory: Mapped[int | None] = mapped_column(BigInteger)
+    limit_gpu: Mapped[float | None] = mapped_column(Float)
+    limit_cpu: Mapped[float | None] = mapped_column(Float)
+    limit_memory: Mapped[int | None] = mapped_column(BigInteger)
+    weight_gpu: Mapped[float] = mapped_column(Float, default=1.0)
+    weight_cpu: Mapped[float] = mapped_column(Float, default=1.0)
+    weight_memory: Mapped[float] = mapped_column(Float, default=1.0)
+    priority: Mapped[int] = mapped_column(Integer, default=100)
+    created_at: Mapped[float] = mapped_column(Float)
+
+    parent: Mapped[QueueRow | None] = relationship(remote_side=[id])
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME), unique=True)
+    gpu_model: Mapped[str] = mapped_column(String(NAME), default="generic")
+    gpu_memory: Mapped[int] = mapped_column(BigInteger)
+    cpu: Mapped[float] = mapped_column(Float)
+    memory: Mapped[int] = mapped_column(BigInteger)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Cordoned nodes keep their work but take no new work.
+    schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
+    # "ready", or "unavailable" when its agent stopped heartbeating.
+    state: Mapped[str] = mapped_column(String(16), default="ready")
+    virtual: Mapped[bool] = mapped_column(Boolean, default=False)
+    registered_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float)
+
+    devices: Mapped[list[DeviceRow]] = relationship(
+        back_populates="node", cascade="all, delete-orphan", order_by="DeviceRow.index"
+    )
+
+
+class DeviceRow(Base):
+    __tablename__ = "devices"
+    __table_args__ = (UniqueConstraint("node_id", "index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    uuid: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(NAME))
+    memory: Mapped[int] = mapped_column(BigInteger)
+    virtual: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    node: Mapped[NodeRow] = relationship(back_populates="devices")
+
+
+class WorkloadRow(Base):
+    __tablename__ = "workloads"
+    __table_args__ = (Index("ix_workloads_status", "status"),)
+
+    # The id also orders workloads by age: a smaller id was submitted earlier.
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME), unique=True)
+    queue_id: Mapped[int] = mapped_column(ForeignKey("queues.id", ondelete="RESTRICT"))
+    user: Mapped[str] = mapped_column(String(NAME))
+    priority: Mapped[int] = mapped_column(Integer)
+    preemptible: Mapped[bool] = mapped_column(Boolean)
+    min_available: Mapped[int | None] = mapped_column(Integer)
+    node_selector: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    topology_key: Mapped[str | None] = mapped_column(String(NAME))
+    topology_required: Mapped[bool] = mapped_column(Boolean, default=True)
+    command: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    workdir: Mapped[str | None] = mapped_column(Text)
+    max_runtime: Mapped[float | None] = mapped_column(Float)
+    backoff_limit: Mapped[int] = mapped_column(Integer, default=0)
+    # pending | running | succeeded | failed | suspended
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+
+    queue: Mapped[QueueRow] = relationship()
+    task_groups: Mapped[list[TaskGroupRow]] = relationship(
+        back_populates="workload", cascade="all, delete-orphan", order_by="TaskGroupRow.ordinal"
+    )
+    placements: Mapped[list[PlacementRow]] = relationship(
+        back_populates="workload", cascade="all, delete-orphan", order_by="PlacementRow.task"
+    )
+
+
+class TaskGroupRow(Base):
+    __tablename__ = "task_groups"
+    __table_args__ = (UniqueConstraint("workload_id", "ordinal"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))
+    ordinal: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(NAME))
+    replicas: Mapped[int] = mapped_column(Integer)
+    gpu: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_memory: Mapped[int] = mapped_column(BigInteger, default=0)
+    cpu: Mapped[float] = mapped_column(Float, default=0.0)
+    memory: Mapped[int] = mapped_column(BigInteger, default=0)
+
+    workload: Mapped[WorkloadRow] = relationship(back_populates="task_groups")
+
+
+class PlacementRow(Base):
+    """Where one task of a running workload is bound: written before any agent acts."""
+
+    __tablename__ = "placements"
+    __table_args__ = (UniqueConstraint("workload_id", "task"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))
+    task: Mapped[int] = mapped_column(Integer)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="RESTRICT"))
+    devices: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    gpu: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[float] = mapped_column(Float)
+
+    workload: Mapped[WorkloadRow] = relationship(back_populates="placements")
+    node: Mapped[NodeRow] = relationship()
+
+
+class EventRow(Base):
+    """Every state change, with its time, cause and reason. Kept after a workload is gone."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_workload", "workload"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    time: Mapped[float] = mapped_column(Float)
+    workload: Mapped[str | None] = mapped_column(String(NAME))
+    node: Mapped[str | None] = mapped_column(String(NAME))
+    kind: Mapped[str] = mapped_column(String(32))
+    cause: Mapped[str] = mapped_column(String(NAME))
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME), unique=True)
+    # admin | member | viewer
+    role: Mapped[str] = mapped_column(String(16))
+    project_id: Mapped[int | None] = mapped_column(ForeignKey("queues.id", ondelete="SET NULL"))
+    created_at: Mapped[float] = mapped_column(Float)
+
+    project: Mapped[QueueRow | None] = relationship()
+
+
+class TokenRow(Base):
+    """An API token; only its SHA-256 digest is stored."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+    user: Mapped[UserRow] = relationship()

@@ -11,6 +11,7 @@ import typer
 from corral.cli.common import CliState
 from corral.cli.plan import plan_command
 from corral.cli.server import server_command
+from corral.cli.up import up_command
 
 app = typer.Typer(
     name="corral",
@@ -34,3 +35,4 @@ def main(
 
 app.command("plan")(plan_command)
 app.command("server")(server_command)
+app.command("up")(up_command)

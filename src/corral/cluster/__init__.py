@@ -2,35 +2,87 @@
 
 The scheduler loop writes every decision to the store first, then hands the changes to a
 `Cluster`, which tells the agents concerned: start these tasks, stop those. Agents report
-back through the store. On one machine the agents run in the server's process; on many,
+back (a task started, a task ended, the node is alive) through a `Reports` object that
+the server provides. A reconciler compares what the store says should run on each node
+with what its agent runs, so that a lost message or a restart heals by itself.
+
+On one machine the agents run in the server's process (`corral.cluster.local`); on many
 they are Ray actors. Without a cluster, decisions are recorded and nothing is started,
 which is how the scheduler is tested and how a dry-run server behaves.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
-
-from corral.model import Eviction, Placement
 
 
 @dataclass(frozen=True, slots=True)
-class Changes:
-    """What one scheduling cycle changed, for the agents."""
+class TaskLaunch:
+    """Everything an agent needs to start (or adopt) one task."""
 
-    started: dict[str, tuple[Placement, ...]]
-    stopped: tuple[Eviction, ...]
+    workload: str
+    project: str
+    task: int
+    attempt: int
+    node: str
+    devices: tuple[int, ...]
+    gpu: float
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    max_runtime: float | None = None
+    # Set when the task already runs (after a restart): adopt it instead of starting it.
+    pid: int | None = None
+    proc_start: int | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.workload, self.task)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStop:
+    """Stop some tasks of a workload on one node: SIGTERM, `grace` seconds, SIGKILL."""
+
+    workload: str
+    node: str
+    tasks: tuple[int, ...]
+    reason: str
+    grace: float
+
+
+class Reports(Protocol):
+    """What agents tell the server. Calls may come from any thread."""
+
+    def task_started(self, node: str, workload: str, task: int, pid: int, proc_start: int) -> None:
+        """The task's process runs."""
+
+    def task_ended(
+        self, node: str, workload: str, task: int, exit_code: int | None, reason: str
+    ) -> None:
+        """The task's process is gone; `exit_code` None when nobody knows how it ended."""
+
+    def heartbeat(self, node: str) -> None:
+        """The node's agent is alive."""
 
 
 class Cluster(Protocol):
     """The agents, as the server sees them."""
 
-    def dispatch(self, changes: Changes) -> None:
-        """Start and stop tasks as the cycle decided; must not block for long."""
+    def connect(self, reports: Reports) -> None:
+        """Where the agents send their reports from now on."""
 
-    def stop_workload(self, workload: str, reason: str) -> None:
-        """Stop every task of a workload that was deleted or suspended."""
+    def start(self, launches: list[TaskLaunch]) -> None:
+        """Start (or adopt) tasks; starting a task that runs already changes nothing."""
+
+    def stop(self, stops: list[TaskStop]) -> None:
+        """Stop tasks; stopping a task that does not run changes nothing."""
+
+    def running(self, node: str) -> set[tuple[str, int]] | None:
+        """The (workload, task) pairs the node's agent runs or is stopping, or None when
+        the node has no agent here."""
 
     def close(self) -> None:
         """Stop talking to the agents (their tasks keep running)."""

@@ -26,6 +26,7 @@ class WorkloadSpec:
     workdir: str | None = None
     max_runtime: float | None = None
     backoff_limit: int = 0
+    grace_period: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,10 @@
 """The FastAPI application: the REST API under /api/v1, auth, errors and the scheduler loop."""
 
-
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
@@ -16,7 +16,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.cluster import Cluster
 from corral.engine.state import natural_key
-from corral.model import SchedulerConfig
+from corral.model import Decisions, SchedulerConfig
+from corral.server.dispatch import Dispatcher
 from corral.server.scheduler import SchedulerLoop
 from corral.server.schemas import (
     Amounts,
@@ -52,6 +53,7 @@ from corral.store import (
     UserRecord,
     WorkloadRecord,
 )
+from corral.store.records import Release
 
 log = logging.getLogger("corral.server")
 MAX_BODY = 1 << 20
@@ -116,12 +118,46 @@ def create_app(
     cluster: Cluster | None = None,
     interval: float = 1.0,
     run_scheduler: bool = True,
+    data_dir: Path | None = None,
+    node_timeout: float = 30.0,
 ) -> FastAPI:
-    """The server application. The scheduler loop starts and stops with it."""
-    loop = SchedulerLoop(store, config, cluster, interval)
+    """The server application. The scheduler loop, and with a cluster the dispatcher and
+    its reconciler, start and stop with it."""
+    loop = SchedulerLoop(store, config, interval)
+    dispatcher: Dispatcher | None = None
+    if cluster is not None:
+        if data_dir is None:
+            raise ValueError("a cluster needs the data directory for logs and checkpoints")
+        dispatcher = Dispatcher(store, cluster, data_dir, loop.trigger, node_timeout)
+        active = dispatcher
+
+        def changed(decisions: Decisions, releases: list[Release]) -> None:
+            active.release(releases)
+            active.started(set(decisions.bindings))
+
+        loop.on_changes = changed
+
+    def release(record: WorkloadRecord, why: str) -> None:
+        if dispatcher is not None and record.placements:
+            dispatcher.release(
+                [
+                    Release(
+                        record.name,
+                        node,
+                        tuple(p.task for p in record.placements if p.node == node),
+                        why,
+                    )
+                    for node in sorted({p.node for p in record.placements})
+                ]
+            )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if dispatcher is not None and cluster is not None:
+            cluster.connect(dispatcher)
+            # Adopt what survived a restart, and start what was decided but not started.
+            dispatcher.reconcile()
+            dispatcher.start_monitor()
         if run_scheduler:
             loop.start()
             loop.trigger()
@@ -129,6 +165,8 @@ def create_app(
             yield
         finally:
             loop.stop()
+            if dispatcher is not None:
+                dispatcher.stop_monitor()
             if cluster is not None:
                 cluster.close()
 
@@ -251,18 +289,14 @@ def create_app(
     @router.delete("/workloads/{name}", status_code=204, tags=["workloads"])
     def delete_workload(name: str, current: User) -> Response:
         may_manage(current, store.get_workload(name).spec.project)
-        record = store.delete_workload(name, current.name)
-        if cluster is not None and record.placements:
-            cluster.stop_workload(name, f"deleted by {current.name}")
+        release(store.delete_workload(name, current.name), f"deleted by {current.name}")
         loop.trigger()
         return Response(status_code=204)
 
     @router.post("/workloads/{name}/suspend", response_model=WorkloadOut, tags=["workloads"])
     def suspend(name: str, current: User) -> WorkloadOut:
         may_manage(current, store.get_workload(name).spec.project)
-        before = store.suspend(name, current.name)
-        if cluster is not None and before.placements:
-            cluster.stop_workload(name, f"suspended by {current.name}")
+        release(store.suspend(name, current.name), f"suspended by {current.name}")
         loop.trigger()
         return workload_out(store.get_workload(name))
 
@@ -395,6 +429,7 @@ def workload_out(record: WorkloadRecord) -> WorkloadOut:
         workdir=spec.workdir,
         max_runtime=spec.max_runtime,
         backoff_limit=spec.backoff_limit,
+        grace_period=spec.grace_period,
         attempts=record.attempts,
         created_at=record.created_at,
         started_at=record.started_at,

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import socket
 from pathlib import Path
 
 import uvicorn
 
+from corral.model import Node, format_memory
+from corral.model.spec import NodeSpec
 from corral.store import Store, database_url
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "corral"
@@ -42,3 +46,57 @@ def serve(data_dir: Path, db_url: str | None, host: str, port: int) -> None:
             f"admin token (shown once; also in {data_dir / ADMIN_TOKEN_FILE}): {token}", flush=True
         )
     uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+
+
+def node_name() -> str:
+    """This machine's name, made a valid corral name."""
+    name = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-")
+    return name[:63] or "localhost"
+
+
+def up(
+    data_dir: Path,
+    db_url: str | None,
+    host: str,
+    port: int,
+    virtual_gpus: int | None,
+    virtual_model: str,
+    virtual_memory: int,
+    labels: dict[str, str],
+) -> None:
+    """The server and an agent for this machine, in one process."""
+    from corral.agent import Agent, discover
+    from corral.cluster.local import LocalCluster
+    from corral.server.app import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    store, token = open_store(data_dir, db_url)
+    found = discover(virtual_gpus, virtual_model, virtual_memory)
+    name = node_name()
+    store.register_node(
+        NodeSpec(
+            Node(
+                name=name,
+                gpus=len(found.devices),
+                gpu_memory=found.memory,
+                gpu_model=found.model,
+                cpu=float(os.cpu_count() or 1),
+                memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+                labels=labels,
+            ),
+            found.devices,
+            virtual=found.source == "virtual",
+        ),
+        replace_existing=True,
+    )
+    cluster = LocalCluster([Agent(name, data_dir)])
+    app = create_app(store, cluster=cluster, data_dir=data_dir)
+    print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
+    print(f"node {name}: {found.note}", flush=True)
+    for device in found.devices:
+        kind = "virtual" if device.virtual else "NVML"
+        print(f"  GPU {device.index}: {device.model}, {format_memory(device.memory)} ({kind})")
+    print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
+    if token is not None:
+        print(f"admin token (shown once): {token}", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
-from corral.cluster import Changes, Cluster
 from corral.engine import schedule
 from corral.model import Decisions, SchedulerConfig
 from corral.store import Store
+from corral.store.records import Release
 
 log = logging.getLogger("corral.scheduler")
 
@@ -23,12 +24,12 @@ class SchedulerLoop:
         self,
         store: Store,
         config: SchedulerConfig | None = None,
-        cluster: Cluster | None = None,
         interval: float = 1.0,
     ) -> None:
         self.store = store
         self.config = config or SchedulerConfig()
-        self.cluster = cluster
+        # Called after a cycle that changed something, to tell the agents.
+        self.on_changes: Callable[[Decisions, list[Release]], None] | None = None
         self.interval = interval
         self.last: Decisions | None = None
         self.last_at: float | None = None
@@ -59,13 +60,13 @@ class SchedulerLoop:
         with self.store.writing():
             snapshot = self.store.snapshot()
             decisions = schedule(snapshot, self.config)
-            self.store.apply(decisions)
+            releases = self.store.apply(decisions)
         self.last = decisions
         self.last_at = time.time()
         self.last_seconds = time.perf_counter() - started
         self.cycles += 1
-        if self.cluster is not None and decisions.changed:
-            self.cluster.dispatch(Changes(dict(decisions.bindings), decisions.evictions))
+        if self.on_changes is not None and decisions.changed:
+            self.on_changes(decisions, releases)
         return decisions
 
     def _run(self) -> None:

@@ -258,6 +258,9 @@ class WorkloadIn(Body):
     workdir: str | None = Field(None, max_length=4096)
     max_runtime: float | str | None = None
     backoff_limit: int = Field(0, ge=0, le=100)
+    grace_period: float | str = Field(
+        30.0, description="seconds from SIGTERM to SIGKILL when stopped or preempted"
+    )
 
     @field_validator("priority")
     @classmethod
@@ -265,6 +268,14 @@ class WorkloadIn(Body):
         number = resolve_priority(value)
         if abs(number) > 1_000_000:
             raise ValueError("must be between -1000000 and 1000000")
+        return value
+
+    @field_validator("grace_period")
+    @classmethod
+    def _grace(cls, value: float | str) -> float | str:
+        if not isinstance(value, str) and value == 0:
+            return value
+        duration_seconds(value)
         return value
 
     @field_validator("max_runtime")
@@ -318,6 +329,7 @@ class WorkloadIn(Body):
             if self.max_runtime is not None
             else None,
             backoff_limit=self.backoff_limit,
+            grace_period=(0.0 if self.grace_period == 0 else duration_seconds(self.grace_period)),
         )
 
 
@@ -368,6 +380,7 @@ class WorkloadOut(BaseModel):
     workdir: str | None
     max_runtime: float | None
     backoff_limit: int
+    grace_period: float
     attempts: int
     created_at: float
     started_at: float | None

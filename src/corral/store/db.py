@@ -39,10 +39,13 @@ from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.records import (
     ACTIVE,
     ROLES,
+    BoundWork,
     EventRecord,
     NodeRecord,
     QueueRecord,
+    Release,
     TaskOnNode,
+    TaskState,
     UserRecord,
     WorkloadRecord,
 )
@@ -293,6 +296,7 @@ class Store:
                 workdir=spec.workdir,
                 max_runtime=spec.max_runtime,
                 backoff_limit=spec.backoff_limit,
+                grace_period=spec.grace_period,
                 status="pending",
                 attempts=0,
                 created_at=time.time(),
@@ -415,8 +419,10 @@ class Store:
                 ),
             )
 
-    def apply(self, decisions: Decisions) -> None:
-        """Write one cycle's decisions in one transaction: evictions, bindings, reasons."""
+    def apply(self, decisions: Decisions) -> list[Release]:
+        """Write one cycle's decisions in one transaction: evictions, bindings, reasons.
+
+        Returns the evicted tasks, whose processes must now be stopped."""
         with self._write() as session:
             now = time.time()
             names = set(decisions.bindings) | {e.workload for e in decisions.evictions}
@@ -434,20 +440,17 @@ class Store:
                 else {}
             )
             node_ids = dict(session.execute(select(NodeRow.name, NodeRow.id)).tuples().all())
+            releases = []
             for eviction in decisions.evictions:
                 row = rows[eviction.workload]
                 gone = set(eviction.tasks)
+                why = f"preempted: {eviction.action} for {eviction.by}: {eviction.reason}"
+                releases.extend(_releases(row, gone, why))
                 row.placements[:] = [p for p in row.placements if p.task not in gone]
                 if not row.placements:
                     row.status = "pending"
-                    row.reason = f"{eviction.action}ed for {eviction.by}: {eviction.reason}"
-                _event(
-                    session,
-                    "evicted",
-                    eviction.action,
-                    f"{eviction.action}ed for {eviction.by}: {eviction.reason}",
-                    workload=eviction.workload,
-                )
+                    row.reason = why
+                _event(session, "preempted", eviction.action, why, workload=eviction.workload)
             for name, placements in decisions.bindings.items():
                 row = rows[name]
                 for placement in placements:
@@ -477,6 +480,158 @@ class Store:
                 pending = rows.get(name)
                 if pending is not None and pending.status == "pending" and pending.reason != reason:
                     pending.reason = reason
+            return releases
+
+    # -- tasks and agents ----------------------------------------------------------------
+
+    def bound_work(self, node: str | None = None, names: set[str] | None = None) -> list[BoundWork]:
+        """Running workloads with their bound tasks: those with a task on `node`, or those
+        named, or all."""
+        with self._read() as session:
+            query = (
+                select(WorkloadRow)
+                .where(WorkloadRow.status == "running")
+                .options(
+                    selectinload(WorkloadRow.task_groups),
+                    selectinload(WorkloadRow.placements)
+                    .selectinload(PlacementRow.node)
+                    .selectinload(NodeRow.devices),
+                )
+                .order_by(WorkloadRow.id)
+            )
+            if names is not None:
+                query = query.where(WorkloadRow.name.in_(names))
+            work = []
+            for row in session.scalars(query).all():
+                if node is not None and not any(p.node.name == node for p in row.placements):
+                    continue
+                tasks = tuple(
+                    TaskState(
+                        task=p.task,
+                        node=p.node.name,
+                        address=p.node.address,
+                        devices=tuple(p.devices),
+                        gpu=p.gpu,
+                        device_memory=p.node.gpu_memory,
+                        state=p.state,
+                        pid=p.pid,
+                        proc_start=p.proc_start,
+                    )
+                    for p in row.placements
+                )
+                work.append(BoundWork(_workload_record(row, row.queue.name), tasks))
+            return work
+
+    def task_started(self, workload: str, task: int, pid: int, proc_start: int) -> bool:
+        """Record a task's process; False when the task is no longer bound (stop it)."""
+        with self._write() as session:
+            placement = _placement(session, workload, task)
+            if placement is None:
+                return False
+            placement.state = "running"
+            placement.pid = pid
+            placement.proc_start = proc_start
+            _event(
+                session,
+                "task-started",
+                "agent",
+                f"task {task} pid {pid}",
+                workload=workload,
+                node=placement.node.name,
+            )
+            return True
+
+    def task_ended(
+        self, workload: str, task: int, exit_code: int | None, reason: str
+    ) -> list[Release]:
+        """A task's process ended. A task that is no longer bound (evicted, suspended,
+        deleted) changes nothing more. Otherwise exit 0 marks the task done, and the
+        workload succeeds when every task is; any other end stops the rest of the gang and
+        sends the workload back to pending, or to failed once its retries are used up.
+        Returns the sibling tasks to stop."""
+        with self._write() as session:
+            placement = _placement(session, workload, task)
+            row = session.scalar(select(WorkloadRow).where(WorkloadRow.name == workload))
+            if placement is None or row is None:
+                return []
+            node = placement.node.name
+            if exit_code == 0:
+                placement.state = "exited"
+                placement.exit_code = 0
+                _event(
+                    session,
+                    "task-exited",
+                    "agent",
+                    f"task {task}: {reason}",
+                    workload=workload,
+                    node=node,
+                )
+                total = sum(group.replicas for group in row.task_groups)
+                done = [p for p in row.placements if p.state == "exited"]
+                if len(done) == len(row.placements) and len(row.placements) >= min(
+                    total, row.min_available or total
+                ):
+                    row.placements.clear()
+                    row.status = "succeeded"
+                    row.reason = None
+                    row.finished_at = time.time()
+                    _event(
+                        session,
+                        "succeeded",
+                        "agent",
+                        "every task exited with code 0",
+                        workload=workload,
+                    )
+                return []
+            why = f"task {task} on {node} {reason}"
+            releases = _releases(
+                row,
+                {p.task for p in row.placements if p.task != task and p.state != "exited"},
+                f"stopped: {why}",
+            )
+            row.placements.clear()
+            row.failures += 1
+            if row.failures <= row.backoff_limit:
+                row.status = "pending"
+                row.reason = f"retrying ({row.failures} of {row.backoff_limit}): {why}"
+                _event(session, "retrying", "agent", why, workload=workload, node=node)
+            else:
+                row.status = "failed"
+                row.reason = why
+                row.finished_at = time.time()
+                _event(session, "failed", "agent", why, workload=workload, node=node)
+            return releases
+
+    def heartbeat(self, node: str) -> None:
+        """The node's agent is alive; an unavailable node becomes ready again."""
+        with self._write() as session:
+            row = session.scalar(select(NodeRow).where(NodeRow.name == node))
+            if row is None:
+                return
+            row.heartbeat_at = time.time()
+            if row.state != "ready":
+                row.state = "ready"
+                _event(session, "node-ready", "agent", "heartbeat resumed", node=node)
+
+    def expire_nodes(self, timeout: float) -> list[str]:
+        """Mark nodes whose agent has not been heard from for `timeout` seconds unavailable,
+        and send their workloads back to pending (a gang as a whole). Returns the nodes."""
+        with self._write() as session:
+            limit = time.time() - timeout
+            rows = session.scalars(
+                select(NodeRow).where(NodeRow.state == "ready", NodeRow.heartbeat_at < limit)
+            ).all()
+            for row in rows:
+                row.state = "unavailable"
+                _event(
+                    session,
+                    "node-unavailable",
+                    "monitor",
+                    f"no heartbeat for {timeout:g} s",
+                    node=row.name,
+                )
+                _requeue_node(session, row, f"node {row.name} stopped responding")
+            return [row.name for row in rows]
 
     # -- users and tokens ----------------------------------------------------------------
 
@@ -751,6 +906,26 @@ def _node_record(session: Session, row: NodeRow) -> NodeRecord:
     )
 
 
+def _placement(session: Session, workload: str, task: int) -> PlacementRow | None:
+    return session.scalar(
+        select(PlacementRow)
+        .join(WorkloadRow, PlacementRow.workload_id == WorkloadRow.id)
+        .where(WorkloadRow.name == workload, PlacementRow.task == task)
+    )
+
+
+def _releases(row: WorkloadRow, tasks: set[int], reason: str) -> list[Release]:
+    """The tasks of `row` among `tasks`, grouped by node."""
+    by_node: dict[str, list[int]] = {}
+    for placement in row.placements:
+        if placement.task in tasks:
+            by_node.setdefault(placement.node.name, []).append(placement.task)
+    return [
+        Release(row.name, node, tuple(sorted(numbers)), reason)
+        for node, numbers in sorted(by_node.items())
+    ]
+
+
 def _requeue_node(session: Session, row: NodeRow, why: str) -> list[str]:
     """Send every workload with a task on `row` back to pending, a gang as a whole."""
     affected = session.scalars(
@@ -786,6 +961,7 @@ def _spec(row: WorkloadRow, project: str) -> WorkloadSpec:
         workdir=row.workdir,
         max_runtime=row.max_runtime,
         backoff_limit=row.backoff_limit,
+        grace_period=row.grace_period,
     )
 
 

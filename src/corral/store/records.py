@@ -77,3 +77,36 @@ class UserRecord:
     name: str
     role: str
     project: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """One bound task as agents need it: where, on which devices, and its process."""
+
+    task: int
+    node: str
+    address: str
+    devices: tuple[int, ...]
+    gpu: float
+    device_memory: int
+    state: str
+    pid: int | None
+    proc_start: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BoundWork:
+    """A running workload with every one of its bound tasks."""
+
+    workload: WorkloadRecord
+    tasks: tuple[TaskState, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Tasks whose processes must stop because the store no longer places them."""
+
+    workload: str
+    node: str
+    tasks: tuple[int, ...]
+    reason: str

@@ -68,6 +68,8 @@ class NodeRow(Base):
     # "ready", or "unavailable" when its agent stopped heartbeating.
     state: Mapped[str] = mapped_column(String(16), default="ready")
     virtual: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Where the node's tasks reach each other (MASTER_ADDR of a gang).
+    address: Mapped[str] = mapped_column(String(255), default="127.0.0.1")
     registered_at: Mapped[float] = mapped_column(Float)
     heartbeat_at: Mapped[float | None] = mapped_column(Float)
 
@@ -111,10 +113,14 @@ class WorkloadRow(Base):
     workdir: Mapped[str | None] = mapped_column(Text)
     max_runtime: Mapped[float | None] = mapped_column(Float)
     backoff_limit: Mapped[int] = mapped_column(Integer, default=0)
+    # Seconds between SIGTERM and SIGKILL when the workload is stopped or preempted.
+    grace_period: Mapped[float] = mapped_column(Float, default=30.0)
     # pending | running | succeeded | failed | suspended
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Failed runs, counted against backoff_limit; preemptions do not count.
+    failures: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
@@ -158,6 +164,12 @@ class PlacementRow(Base):
     devices: Mapped[list[Any]] = mapped_column(JSON, default=list)
     gpu: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[float] = mapped_column(Float)
+    # bound (decided, not started yet) | running | exited (with exit_code 0, gang not done)
+    state: Mapped[str] = mapped_column(String(16), default="bound")
+    # The task's process: pid and start time identify it across restarts.
+    pid: Mapped[int | None] = mapped_column(Integer)
+    proc_start: Mapped[int | None] = mapped_column(BigInteger)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="placements")
     node: Mapped[NodeRow] = relationship()

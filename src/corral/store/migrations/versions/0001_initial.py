@@ -1,9 +1,9 @@
 """The initial schema: queues, nodes and devices, workloads with task groups and
-placements, events, users and tokens.
+placements (with their task processes), events, users and tokens.
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 03:39:14.433745
+Create Date: 2026-11-22 03:47:30.458706
 """
 
 from collections.abc import Sequence
@@ -44,6 +44,7 @@ def upgrade() -> None:
         sa.Column("schedulable", sa.Boolean(), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("virtual", sa.Boolean(), nullable=False),
+        sa.Column("address", sa.String(length=255), nullable=False),
         sa.Column("registered_at", sa.Float(), nullable=False),
         sa.Column("heartbeat_at", sa.Float(), nullable=True),
         sa.PrimaryKeyConstraint("id"),
@@ -110,9 +111,11 @@ def upgrade() -> None:
         sa.Column("workdir", sa.Text(), nullable=True),
         sa.Column("max_runtime", sa.Float(), nullable=True),
         sa.Column("backoff_limit", sa.Integer(), nullable=False),
+        sa.Column("grace_period", sa.Float(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("failures", sa.Integer(), nullable=False),
         sa.Column("created_at", sa.Float(), nullable=False),
         sa.Column("started_at", sa.Float(), nullable=True),
         sa.Column("finished_at", sa.Float(), nullable=True),
@@ -132,6 +135,10 @@ def upgrade() -> None:
         sa.Column("devices", sa.JSON(), nullable=False),
         sa.Column("gpu", sa.Float(), nullable=False),
         sa.Column("created_at", sa.Float(), nullable=False),
+        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("pid", sa.Integer(), nullable=True),
+        sa.Column("proc_start", sa.BigInteger(), nullable=True),
+        sa.Column("exit_code", sa.Integer(), nullable=True),
         sa.ForeignKeyConstraint(["node_id"], ["nodes.id"], ondelete="RESTRICT"),
         sa.ForeignKeyConstraint(["workload_id"], ["workloads.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id"),

@@ -1,0 +1,106 @@
+"""One task's process group: start it, watch it, stop it, adopt it after a restart."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def process_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or
+    None when there is no such process. With the pid it identifies a process for good:
+    a pid reused later has another start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself contain spaces.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def alive(pid: int, started: int) -> bool:
+    """True when `pid` is still the process that started at `started` and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] != "Z" and int(fields[19]) == started
+
+
+@dataclass(slots=True)
+class TaskProcess:
+    """A running task: the launcher's pid (also the process group id) and where its exit
+    code will be written."""
+
+    pid: int
+    proc_start: int
+    exit_file: Path
+    started_at: float
+    popen: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def spawn(
+        cls,
+        command: list[str],
+        env: dict[str, str],
+        workdir: str | None,
+        log_path: Path,
+        exit_file: Path,
+    ) -> TaskProcess:
+        """Start `command` in a new process group, output appended to `log_path`."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        exit_file.parent.mkdir(parents=True, exist_ok=True)
+        exit_file.unlink(missing_ok=True)
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "corral.agent.launch",
+                    "--exit-file",
+                    str(exit_file),
+                    "--",
+                    *command,
+                ],
+                cwd=workdir or None,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        started = process_start(popen.pid) or 0
+        return cls(popen.pid, started, exit_file, time.time(), popen)
+
+    @classmethod
+    def adopt(cls, pid: int, proc_start: int, exit_file: Path) -> TaskProcess:
+        """A task started before a restart; it is not our child, so its end is read from
+        its exit file."""
+        return cls(pid, proc_start, exit_file, time.time(), None)
+
+    def exit_code(self) -> int | None:
+        """None while it runs; its exit code when it ended (128+N when killed by signal N,
+        137 when the whole group was killed before the launcher could record anything)."""
+        if self.popen is not None:
+            launcher = self.popen.poll()
+            if launcher is None:
+                return None
+        elif alive(self.pid, self.proc_start):
+            return None
+        try:
+            return int(self.exit_file.read_text().strip())
+        except (OSError, ValueError):
+            return 128 + signal.SIGKILL
+
+    def signal(self, number: int) -> None:
+        """Signal the whole process group; a group that is gone already is fine."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, number)

@@ -1,0 +1,73 @@
+"""`corral up`: the server and an agent for this machine, in one command."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from corral.cli.common import EXIT_INVALID, reported_errors
+
+
+def up_command(
+    ctx: typer.Context,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Where the store, logs, checkpoints and the admin token live.",
+            show_default="~/.local/share/corral",
+        ),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="A PostgreSQL URL (postgresql://...) instead of SQLite."),
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8700,
+    virtual_gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--virtual-gpus",
+            min=0,
+            max=1024,
+            help="Use N virtual GPUs instead of the real ones (4 when none are found).",
+        ),
+    ] = None,
+    virtual_gpu_model: Annotated[
+        str, typer.Option("--virtual-gpu-model", help="Model name of the virtual GPUs.")
+    ] = "virtual",
+    virtual_gpu_memory: Annotated[
+        str, typer.Option("--virtual-gpu-memory", help="Memory of each virtual GPU.")
+    ] = "80GiB",
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="A node label k=v (repeatable).")
+    ] = None,
+) -> None:
+    """Start corral on this machine: the server and an agent for its GPUs, real or virtual."""
+    from corral.model import parse_memory
+    from corral.server import DEFAULT_DATA_DIR
+    from corral.server.main import up
+
+    labels = {}
+    for item in label or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            typer.secho(f"--label: {item!r} is not KEY=VALUE", fg="red", err=True)
+            raise typer.Exit(EXIT_INVALID)
+        labels[key] = value
+    try:
+        memory = parse_memory(virtual_gpu_memory)
+    except ValueError as error:
+        typer.secho(f"--virtual-gpu-memory: {error}", fg="red", err=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    with reported_errors(ctx):
+        up(
+            data_dir or DEFAULT_DATA_DIR,
+            db,
+            host,
+            port,
+            virtual_gpus,
+            virtual_gpu_model,
+            memory,
+            labels,
+        )

@@ -1,0 +1,46 @@
+"""The in-process transport: agents that live in the server's own process, for one machine."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from corral.agent import Agent
+from corral.cluster import Reports, TaskLaunch, TaskStop
+
+
+class LocalCluster:
+    """Agents by node name, called directly."""
+
+    def __init__(self, agents: list[Agent]) -> None:
+        self.agents = {agent.node: agent for agent in agents}
+
+    def connect(self, reports: Reports) -> None:
+        for agent in self.agents.values():
+            agent.reports = reports
+            agent.start_thread()
+
+    def start(self, launches: list[TaskLaunch]) -> None:
+        by_node: dict[str, list[TaskLaunch]] = defaultdict(list)
+        for launch in launches:
+            by_node[launch.node].append(launch)
+        for node, group in by_node.items():
+            agent = self.agents.get(node)
+            if agent is not None:
+                agent.start(group)
+
+    def stop(self, stops: list[TaskStop]) -> None:
+        by_node: dict[str, list[TaskStop]] = defaultdict(list)
+        for stop in stops:
+            by_node[stop.node].append(stop)
+        for node, group in by_node.items():
+            agent = self.agents.get(node)
+            if agent is not None:
+                agent.stop(group)
+
+    def running(self, node: str) -> set[tuple[str, int]] | None:
+        agent = self.agents.get(node)
+        return agent.running() if agent is not None else None
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.close()

@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/corral plan examples/pooling.yaml
+	$(BIN)/corral up
 
 test: lint typecheck unit
 

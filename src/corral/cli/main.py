@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from corral.cli.common import CliState
+from corral.cli.demo import demo_command
 from corral.cli.plan import plan_command
 from corral.cli.server import server_command
 from corral.cli.up import up_command
@@ -36,3 +37,4 @@ def main(
 app.command("plan")(plan_command)
 app.command("server")(server_command)
 app.command("up")(up_command)
+app.command("demo")(demo_command)

@@ -26,6 +26,7 @@ from corral.server.schemas import (
     ErrorOut,
     EventOut,
     HolderOut,
+    LogOut,
     NodeIn,
     NodeOut,
     PlacementOut,
@@ -312,6 +313,17 @@ def create_app(
         store.get_workload(name)
         return [EventOut(**vars_of(event)) for event in store.events(workload=name)]
 
+    @router.get("/workloads/{name}/logs", response_model=LogOut, tags=["workloads"])
+    def logs(
+        name: str,
+        _: User,
+        task: Annotated[int, Query(ge=0, le=4095)] = 0,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    ) -> LogOut:
+        store.get_workload(name)
+        return read_log(data_dir, name, task, offset, tail)
+
     @router.get("/workloads/{name}/why", response_model=WhyOut, tags=["workloads"])
     def why(name: str, _: User) -> WhyOut:
         return explain(store, name)
@@ -465,6 +477,38 @@ def node_out(record: NodeRecord) -> NodeOut:
         allocated_gpu=round(sum(task.gpu for task in record.tasks), 6),
         registered_at=record.registered_at,
         heartbeat_at=record.heartbeat_at,
+    )
+
+
+LOG_CHUNK = 1 << 20
+
+
+def read_log(data_dir: Path | None, name: str, task: int, offset: int, tail: int | None) -> LogOut:
+    """A task's output from `offset` (at most 1 MiB of it), or its last `tail` lines."""
+    folder = data_dir / "logs" / name if data_dir is not None else None
+    tasks = sorted(
+        int(path.stem.split("-", 1)[1])
+        for path in (folder.glob("task-*.log") if folder and folder.is_dir() else [])
+        if path.stem.split("-", 1)[1].isdigit()
+    )
+    path = folder / f"task-{task}.log" if folder else None
+    if path is None or not path.is_file():
+        return LogOut(workload=name, task=task, text="", offset=offset, tasks=tasks)
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        if tail is not None:
+            start = max(size - LOG_CHUNK, 0)
+            handle.seek(start)
+            lines = handle.read().splitlines(keepends=True)
+            data = b"".join(lines[-tail:])
+            end = size
+        else:
+            start = min(offset, size)
+            handle.seek(start)
+            data = handle.read(LOG_CHUNK)
+            end = start + len(data)
+    return LogOut(
+        workload=name, task=task, text=data.decode("utf-8", "replace"), offset=end, tasks=tasks
     )
 
 

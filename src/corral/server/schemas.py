@@ -554,5 +554,13 @@ class TokenOut(BaseModel):
     token: str = Field(description="shown once; only its digest is stored")
 
 
+class LogOut(BaseModel):
+    workload: str
+    task: int
+    text: str
+    offset: int = Field(description="pass it back as `offset` to read only what follows")
+    tasks: list[int] = Field(description="tasks that have logs")
+
+
 class ErrorOut(BaseModel):
     detail: str

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.agent.process import TaskProcess
+from corral.agent.telemetry import Holder, Sampler, interval_from_env
 from corral.cluster import Reports, TaskLaunch, TaskStop
+from corral.model.spec import Device
 
 log = logging.getLogger("corral.agent")
 
@@ -41,6 +43,8 @@ class Agent:
         reports: Reports | None = None,
         heartbeat_interval: float = 5.0,
         poll_interval: float = 0.2,
+        devices: tuple[Device, ...] = (),
+        sample_interval: float | None = None,
     ) -> None:
         self.node = node
         self.data_dir = data_dir
@@ -52,6 +56,9 @@ class Agent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_heartbeat = 0.0
+        # Telemetry of the node's devices (none without devices: nothing to sample).
+        interval = sample_interval if sample_interval is not None else interval_from_env()
+        self.sampler = Sampler(node, devices, interval) if devices else None
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -76,7 +83,8 @@ class Agent:
                         self.exit_path(launch.workload, launch.task),
                     )
                     if launch.max_runtime is not None:
-                        task.deadline = time.time() + launch.max_runtime
+                        # Counted from when the process started, not from the adoption.
+                        task.deadline = task.process.started_at + launch.max_runtime
                 self._tasks[launch.key] = task
         self.tick()
 
@@ -109,34 +117,39 @@ class Agent:
         started: list[_Task] = []
         with self._lock:
             now = time.time()
-            busy = {
-                device
-                for task in self._tasks.values()
-                if task.process is not None
-                for device in task.launch.devices
-            }
+            # How much of each device the live processes hold: a fractional task may
+            # start beside others on a device as long as the fractions fit.
+            busy: dict[int, float] = {}
+            for held in self._tasks.values():
+                if held.process is not None:
+                    for device, share in _shares(held.launch):
+                        busy[device] = busy.get(device, 0.0) + share
             for key, task in list(self._tasks.items()):
                 process = task.process
                 if process is None:
-                    if task.stop_reason is None and not (set(task.launch.devices) & busy):
+                    shares = _shares(task.launch)
+                    free = all(busy.get(d, 0.0) + s <= 1.0 + 1e-9 for d, s in shares)
+                    if task.stop_reason is None and free:
                         problem = self._spawn(task)
                         if problem is not None:
                             del self._tasks[key]
                             ended.append((task, None, problem))
                             continue
-                        busy.update(task.launch.devices)
+                        for device, share in shares:
+                            busy[device] = busy.get(device, 0.0) + share
                         started.append(task)
                     continue
-                code = process.exit_code()
-                if code is not None:
+                outcome = process.ended()
+                if outcome is not None:
+                    code, why = outcome
                     del self._tasks[key]
-                    ended.append((task, code, task.stop_reason or _exit_reason(code)))
+                    ended.append((task, code, task.stop_reason or why or _exit_reason(code)))
                     continue
                 if task.kill_at is not None and now >= task.kill_at:
                     process.signal(signal.SIGKILL)
                 elif task.deadline is not None and now >= task.deadline and not task.stop_reason:
                     task.stop_reason = "exceeded its maximum runtime"
-                    task.kill_at = now + 30.0
+                    task.kill_at = now + task.launch.grace
                     process.signal(signal.SIGTERM)
         reports = self.reports
         if reports is None:
@@ -150,15 +163,38 @@ class Agent:
                 task.process.pid,
                 task.process.proc_start,
             )
-        for task, code, reason in ended:
-            reports.task_ended(self.node, task.launch.workload, task.launch.task, code, reason)
+        for task, exit_code, reason in ended:
+            reports.task_ended(self.node, task.launch.workload, task.launch.task, exit_code, reason)
         if time.time() - self._last_heartbeat >= self.heartbeat_interval:
             self._last_heartbeat = time.time()
             reports.heartbeat(self.node)
+        if self.sampler is not None and self.sampler.due(time.time()):
+            samples = self.sampler.sample(time.time(), self._holders())
+            if samples:
+                reports.samples(self.node, samples)
+
+    def _holders(self) -> list[Holder]:
+        """The tasks whose processes run, as telemetry attributes samples to them."""
+        with self._lock:
+            return [
+                Holder(
+                    task.launch.workload,
+                    task.launch.task,
+                    task.launch.devices,
+                    task.launch.gpu,
+                    task.process.pid,
+                    task.process.started_at,
+                    task.launch.env.get("CORRAL_TELEMETRY_FILE"),
+                )
+                for task in self._tasks.values()
+                if task.process is not None
+            ]
 
     def _spawn(self, task: _Task) -> str | None:
         """Start the task's process; why not, when it cannot start at all."""
         launch = task.launch
+        if not launch.command:
+            return "the workload has no command to run"
         env = dict(os.environ)
         env.update(launch.env)
         try:
@@ -194,6 +230,16 @@ class Agent:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self.sampler is not None:
+            self.sampler.close()
+
+
+def _shares(launch: TaskLaunch) -> list[tuple[int, float]]:
+    """The share of each of its devices a task holds."""
+    if not launch.devices:
+        return []
+    share = launch.gpu / len(launch.devices) if launch.gpu > 0 else 1.0
+    return [(device, share) for device in launch.devices]
 
 
 def _exit_reason(code: int) -> str:

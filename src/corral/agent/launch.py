@@ -17,10 +17,11 @@ import sys
 NOT_FOUND = 127
 
 
-def write_exit(path: str, code: int) -> None:
+def write_exit(path: str, code: int, reason: str = "") -> None:
+    """The exit code on the first line; why, when the launcher knows better than the code."""
     temporary = f"{path}.tmp"
     with open(temporary, "w") as handle:
-        handle.write(f"{code}\n")
+        handle.write(f"{code}\n{reason}\n" if reason else f"{code}\n")
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
@@ -46,8 +47,9 @@ def main(argv: list[str]) -> int:
         # The child gets default signal handling back, so SIGTERM reaches user code.
         child = subprocess.Popen(command, preexec_fn=_default_signals)
     except OSError as error:
-        print(f"corral: cannot start {command[0]!r}: {error.strerror}", file=sys.stderr)
-        write_exit(exit_file, NOT_FOUND)
+        reason = f"cannot start {command[0]!r}: {error.strerror}"
+        print(f"corral: {reason}", file=sys.stderr)
+        write_exit(exit_file, NOT_FOUND, reason)
         return NOT_FOUND
     code = child.wait()
     # A child killed by signal N reports -N; shells report 128 + N, and so do we.

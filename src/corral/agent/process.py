@@ -25,6 +25,16 @@ def process_start(pid: int) -> int | None:
     return int(fields[19])
 
 
+def started_at(proc_start: int) -> float:
+    """Wall-clock time of a process start given in clock ticks since boot."""
+    boot = 0.0
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            boot = float(line.split()[1])
+            break
+    return boot + proc_start / os.sysconf("SC_CLK_TCK")
+
+
 def alive(pid: int, started: int) -> bool:
     """True when `pid` is still the process that started at `started` and not a zombie."""
     try:
@@ -84,11 +94,16 @@ class TaskProcess:
     def adopt(cls, pid: int, proc_start: int, exit_file: Path) -> TaskProcess:
         """A task started before a restart; it is not our child, so its end is read from
         its exit file."""
-        return cls(pid, proc_start, exit_file, time.time(), None)
+        return cls(pid, proc_start, exit_file, started_at(proc_start), None)
 
     def exit_code(self) -> int | None:
         """None while it runs; its exit code when it ended (128+N when killed by signal N,
         137 when the whole group was killed before the launcher could record anything)."""
+        ended = self.ended()
+        return None if ended is None else ended[0]
+
+    def ended(self) -> tuple[int, str | None] | None:
+        """None while it runs; else its exit code and the launcher's reason, if it gave one."""
         if self.popen is not None:
             launcher = self.popen.poll()
             if launcher is None:
@@ -96,9 +111,10 @@ class TaskProcess:
         elif alive(self.pid, self.proc_start):
             return None
         try:
-            return int(self.exit_file.read_text().strip())
-        except (OSError, ValueError):
-            return 128 + signal.SIGKILL
+            lines = self.exit_file.read_text().splitlines()
+            return int(lines[0]), (lines[1] if len(lines) > 1 and lines[1] else None)
+        except (OSError, ValueError, IndexError):
+            return 128 + signal.SIGKILL, None
 
     def signal(self, number: int) -> None:
         """Signal the whole process group; a group that is gone already is fine."""

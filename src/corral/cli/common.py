@@ -1,19 +1,43 @@
 """What every command shares: the global options, exit codes and error reporting."""
 
+import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import typer
+from rich.console import Console
+from rich.text import Text
 
+from corral.model import parse_memory
 from corral.scenario import ScenarioError
+from corral.sdk import ApiError, ServerUnreachable
 
 # A check the user asked for did not hold (for `plan`: an expectation).
 EXIT_CHECK_FAILED = 1
+# The server refused the request or could not be reached, or there are no credentials.
+EXIT_FAILED = 1
 # The input was invalid: a bad file, field or argument (click uses 2 for usage errors too).
 EXIT_INVALID = 2
 # corral itself failed; the one-line message asks for --debug to see the traceback.
 EXIT_INTERNAL = 3
+
+
+# HTTP statuses that mean the request itself was wrong, like a bad argument.
+_INVALID_STATUSES = (400, 413, 422)
+
+
+class CliError(Exception):
+    """A failure the user can act on, shown as its message alone; exits `code`."""
+
+    code = EXIT_FAILED
+
+
+class InvalidInput(CliError):
+    """A bad argument or option value, found before anything was sent."""
+
+    code = EXIT_INVALID
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,27 +54,78 @@ def cli_state(ctx: typer.Context) -> CliState:
 
 @contextmanager
 def reported_errors(ctx: typer.Context) -> Iterator[None]:
-    """Turn a failure inside the block into one line on stderr and an exit code.
+    """Turn a failure inside the block into one red line on stderr and an exit code.
 
-    An invalid scenario exits EXIT_INVALID with its message; anything unexpected exits
-    EXIT_INTERNAL. Users never see a traceback unless they ask with --debug, which lets
-    the exception through.
+    An invalid scenario, argument or request exits EXIT_INVALID with its message; a
+    refused request or an unreachable server exits EXIT_FAILED; anything unexpected
+    exits EXIT_INTERNAL. Users never see a traceback unless they ask with --debug, which
+    lets the exception through.
     """
     try:
         yield
     except (typer.Exit, typer.Abort, typer.TyperException):
         raise
-    except ScenarioError as error:
-        if cli_state(ctx).debug:
-            raise
-        typer.echo(str(error), err=True)
-        raise typer.Exit(EXIT_INVALID) from None
     except Exception as error:
         if cli_state(ctx).debug:
             raise
-        typer.echo(
-            f"internal error: {type(error).__name__}: {error} "
-            "(run with corral --debug to see the traceback)",
-            err=True,
-        )
-        raise typer.Exit(EXIT_INTERNAL) from None
+        message, code = _explain(error)
+        report_error(message)
+        raise typer.Exit(code) from None
+
+
+def report_error(message: str) -> None:
+    """One line on stderr, in red where colour is shown; never wrapped."""
+    Console(stderr=True, soft_wrap=True, highlight=False).print(Text(message, style="red"))
+
+
+def _explain(error: Exception) -> tuple[str, int]:
+    if isinstance(error, ScenarioError):
+        return str(error), EXIT_INVALID
+    if isinstance(error, CliError):
+        return str(error), error.code
+    if isinstance(error, ApiError):
+        if error.status == 401:
+            return f"{error.message} (log in again with corral login)", EXIT_FAILED
+        return error.message, EXIT_INVALID if error.status in _INVALID_STATUSES else EXIT_FAILED
+    if isinstance(error, ServerUnreachable):
+        return str(error), EXIT_FAILED
+    return (
+        f"internal error: {type(error).__name__}: {error} "
+        "(run with corral --debug to see the traceback)",
+        EXIT_INTERNAL,
+    )
+
+
+def print_json(data: object) -> None:
+    """The API's JSON on stdout, as --json promises: nothing else goes there."""
+    typer.echo(json.dumps(data, indent=2))
+
+
+def parse_number(flag: str, text: str, what: str) -> float:
+    """A finite number of 0 or more given to `flag`; InvalidInput names the flag."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidInput(f"{flag}: {text!r} is not {what}") from None
+    if not 0 <= value < math.inf:
+        raise InvalidInput(f"{flag}: {text!r} must be 0 or more")
+    return value
+
+
+def parse_memory_option(flag: str, text: str) -> int:
+    """Bytes from "512MiB", "80GiB"; InvalidInput names the flag."""
+    try:
+        return parse_memory(text)
+    except ValueError as error:
+        raise InvalidInput(f"{flag}: {error}") from None
+
+
+def parse_pairs(flag: str, items: list[str]) -> list[tuple[str, str]]:
+    """KEY=VALUE options, in the order given; the value may itself contain "="."""
+    pairs = []
+    for item in items:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise InvalidInput(f"{flag}: {item!r} is not KEY=VALUE")
+        pairs.append((key, value))
+    return pairs

@@ -9,10 +9,26 @@ from typing import Annotated
 import typer
 
 from corral.cli.common import CliState
+from corral.cli.config import login_command
 from corral.cli.demo import demo_command
+from corral.cli.logs import logs_command
+from corral.cli.nodes import node_app, nodes_command
 from corral.cli.plan import plan_command
+from corral.cli.project import project_app, queues_command
+from corral.cli.report import report_app
 from corral.cli.server import server_command
+from corral.cli.simulate import simulate
+from corral.cli.submit import SubmitCommand, apply_command, submit_command
 from corral.cli.up import up_command
+from corral.cli.users import user_app
+from corral.cli.workloads import (
+    delete_command,
+    describe_command,
+    list_command,
+    resume_command,
+    suspend_command,
+    why_command,
+)
 
 app = typer.Typer(
     name="corral",
@@ -36,5 +52,22 @@ def main(
 
 app.command("plan")(plan_command)
 app.command("server")(server_command)
+app.command("login")(login_command)
+app.add_typer(user_app, name="user")
+app.add_typer(project_app, name="project")
+app.command("queues")(queues_command)
+app.command("submit", cls=SubmitCommand)(submit_command)
+app.command("apply")(apply_command)
+app.command("list")(list_command)
+app.command("describe")(describe_command)
+app.command("delete")(delete_command)
+app.command("suspend")(suspend_command)
+app.command("resume")(resume_command)
+app.command("why")(why_command)
+app.command("nodes")(nodes_command)
+app.add_typer(node_app, name="node")
+app.add_typer(report_app, name="report")
 app.command("up")(up_command)
 app.command("demo")(demo_command)
+app.command("logs")(logs_command)
+app.command("simulate")(simulate)

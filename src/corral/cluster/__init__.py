@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from corral.model.telemetry import Sample
+
 
 @dataclass(frozen=True, slots=True)
 class TaskLaunch:
@@ -33,6 +35,8 @@ class TaskLaunch:
     env: Mapping[str, str] = field(default_factory=dict)
     workdir: str | None = None
     max_runtime: float | None = None
+    # Seconds from SIGTERM to SIGKILL when the agent itself stops the task (max runtime).
+    grace: float = 30.0
     # Set when the task already runs (after a restart): adopt it instead of starting it.
     pid: int | None = None
     proc_start: int | None = None
@@ -66,6 +70,9 @@ class Reports(Protocol):
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive."""
+
+    def samples(self, node: str, samples: list[Sample]) -> None:
+        """The node's latest telemetry: one sample per device, or per task on a shared one."""
 
 
 class Cluster(Protocol):

@@ -20,6 +20,19 @@ class Amounts(TypedDict):
     memory: int | None
 
 
+class WeightsOut(TypedDict):
+    gpu: float
+    cpu: float
+    memory: float
+
+
+class RuleOut(TypedDict):
+    """Limits a queue sets on one class of its work, in seconds; None means no limit."""
+
+    idle_timeout: float | None
+    max_runtime: float | None
+
+
 class QueueOut(TypedDict):
     name: str
     parent: str | None
@@ -27,12 +40,13 @@ class QueueOut(TypedDict):
     children: list[str]
     deserved: Amounts
     limit: Amounts
-    over_quota_weight: Amounts
+    over_quota_weight: WeightsOut
     priority: int
     fair_share: Amounts | None
     allocated: Amounts | None
     requested: Amounts | None
     pending_gpu: float | None
+    rules: dict[str, RuleOut]
     created_at: float
 
 
@@ -80,6 +94,14 @@ class WorkloadOut(TypedDict):
     started_at: float | None
     finished_at: float | None
     placements: list[PlacementOut]
+
+
+class LogOut(TypedDict):
+    workload: str
+    task: int
+    text: str
+    offset: int
+    tasks: list[int]
 
 
 class EventOut(TypedDict):
@@ -166,3 +188,12 @@ class UserOut(TypedDict):
 class TokenOut(TypedDict):
     user: str
     token: str
+
+
+class UsageRowOut(TypedDict):
+    """GPU-hours of one project, department, user or workload over a period."""
+
+    key: str
+    gpu_hours_allocated: float
+    gpu_hours_used: float
+    gpu_hours_idle: float

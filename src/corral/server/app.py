@@ -17,7 +17,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from corral.cluster import Cluster
 from corral.engine.state import natural_key
 from corral.model import Decisions, SchedulerConfig
+from corral.server.dashboard import install as install_dashboard
 from corral.server.dispatch import Dispatcher
+from corral.server.rules import rules_out, rules_payload
 from corral.server.scheduler import SchedulerLoop
 from corral.server.schemas import (
     Amounts,
@@ -39,10 +41,12 @@ from corral.server.schemas import (
     TopologyOut,
     UserIn,
     UserOut,
+    WeightsOut,
     WhyOut,
     WorkloadIn,
     WorkloadOut,
 )
+from corral.server.visibility import install_visibility
 from corral.store import (
     STATUSES,
     Conflict,
@@ -55,11 +59,13 @@ from corral.store import (
     WorkloadRecord,
 )
 from corral.store.records import Release
+from corral.store.rules import set_rules
 
 log = logging.getLogger("corral.server")
 MAX_BODY = 1 << 20
 API = "/api/v1"
 ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "the body is not valid JSON"},
     401: {"model": ErrorOut, "description": "no token, or a token that is not valid"},
     403: {"model": ErrorOut, "description": "the token's role does not allow this"},
     404: {"model": ErrorOut, "description": "no such object"},
@@ -69,7 +75,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 class BodyLimit:
-    """Refuse request bodies over MAX_BODY, declared or streamed, before they are read."""
+    """Refuse request bodies over MAX_BODY, declared or streamed, before the app reads them.
+
+    The body is read here first (at most MAX_BODY + 1 bytes), then handed to the app."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -82,34 +90,47 @@ class BodyLimit:
             if key == b"content-length" and value.isdigit() and int(value) > MAX_BODY:
                 await _too_large(send)
                 return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        chunks: list[bytes] = []
+        size = 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > MAX_BODY:
-                    raise _BodyTooLarge
-            return message
+            if message["type"] != "http.request":
+                # The client went away; let the app see it.
+                await self.app(scope, _replay([message], receive), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY:
+                await _too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        await self.app(
+            scope,
+            _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
+            send,
+        )
 
-        try:
-            await self.app(scope, limited, send)
-        except _BodyTooLarge:
-            await _too_large(send)
 
+def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
+    """A `receive` that gives `messages`, then waits on `then` (for the disconnect)."""
+    pending = list(messages)
 
-class _BodyTooLarge(Exception):
-    pass
+    async def receive() -> Message:
+        if pending:
+            return pending.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 async def _too_large(send: Send) -> None:
     response = JSONResponse({"detail": "request body is larger than 1 MiB"}, status_code=413)
-    await response({"type": "http"}, _no_body, send)
-
-
-async def _no_body() -> Message:
-    return {"type": "http.request", "body": b"", "more_body": False}
+    await response({"type": "http"}, _replay([]), send)
 
 
 def create_app(
@@ -149,7 +170,8 @@ def create_app(
                         why,
                     )
                     for node in sorted({p.node for p in record.placements})
-                ]
+                ],
+                record.spec.grace_period,
             )
 
     @asynccontextmanager
@@ -229,13 +251,14 @@ def create_app(
             children=list(record.children),
             deserved=Amounts.of(queue.deserved),
             limit=Amounts.of(queue.limit),
-            over_quota_weight=Amounts.of(queue.over_quota_weight),
+            over_quota_weight=WeightsOut.of(queue.over_quota_weight),
             priority=queue.priority,
             fair_share=Amounts.of(status.fair_share) if status else None,
             allocated=Amounts.of(status.allocated) if status else None,
             requested=Amounts.of(status.requested) if status else None,
             pending_gpu=(max(status.requested.gpu - status.allocated.gpu, 0.0) if status else None),
             created_at=record.created_at,
+            rules=rules_out(store, queue.name),
         )
 
     @router.get("/queues", response_model=list[QueueOut], tags=["queues"])
@@ -245,6 +268,8 @@ def create_app(
     @router.post("/queues", response_model=QueueOut, status_code=201, tags=["queues"])
     def create_queue(body: QueueIn, _: Admin) -> QueueOut:
         record = store.create_queue(body.to_model())
+        if body.rules is not None:
+            set_rules(store, record.queue.name, rules_payload(body))
         loop.trigger()
         return queue_out(record)
 
@@ -255,6 +280,8 @@ def create_app(
     @router.patch("/queues/{name}", response_model=QueueOut, tags=["queues"])
     def update_queue(name: str, body: QueuePatch, _: Admin) -> QueueOut:
         record = store.update_queue(name, body.changes())
+        if "rules" in body.model_fields_set:
+            set_rules(store, name, rules_payload(body))
         loop.trigger()
         return queue_out(record)
 
@@ -408,6 +435,8 @@ def create_app(
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    install_visibility(app, store, loop, dispatcher)
+    install_dashboard(app)
     return app
 
 
@@ -558,6 +587,62 @@ def explain(store: Store, name: str) -> WhyOut:
 # -- errors -------------------------------------------------------------------------------
 
 
+def flatten_errors(errors: Any) -> list[dict[str, Any]]:
+    """Pydantic's errors with the names of union alternatives taken out of `loc`.
+
+    A field that accepts several shapes ("deserved": a number or a map) gets one error per
+    shape, each under a tag like "constrained-float". A client wants the field's path and
+    what was wrong with the shape it sent: the alternatives of that shape are kept, and
+    only when none matches are all of them listed."""
+    groups: dict[tuple[Any, ...], list[tuple[str | None, Any]]] = {}
+    for item in errors:
+        tags = [part for part in item["loc"] if _is_tag(part)]
+        loc = tuple(part for part in item["loc"] if not _is_tag(part))
+        groups.setdefault(loc, []).append((tags[-1] if tags else None, item))
+    flat = []
+    for loc, items in groups.items():
+        sent = _shape(items[0][1].get("input"))
+        meant = [item for tag, item in items if tag is None or _tag_shape(tag) == sent]
+        chosen = meant or [item for _, item in items]
+        messages = list(dict.fromkeys(item["msg"] for item in chosen))
+        flat.append({"loc": list(loc), "msg": "; or ".join(messages), "type": chosen[0]["type"]})
+    return flat
+
+
+def _is_tag(part: Any) -> bool:
+    if not isinstance(part, str):
+        return False
+    return (
+        part in {"int", "str", "float", "bool", "dict", "list"}
+        or any(c in part for c in "-[")
+        or part[:1].isupper()
+    )
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, list):
+        return "list"
+    return "map" if isinstance(value, dict) else "other"
+
+
+def _tag_shape(tag: str) -> str:
+    if tag == "str" or tag.startswith("constrained-str"):
+        return "str"
+    if tag == "bool":
+        return "bool"
+    if tag in {"int", "float"} or tag.startswith(("constrained-int", "constrained-float")):
+        return "number"
+    if tag.startswith("list"):
+        return "list"
+    return "map"
+
+
 class _Unauthorized(Exception):
     pass
 
@@ -589,11 +674,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def validation(_request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
-        detail = [
-            {"loc": list(item["loc"]), "msg": item["msg"], "type": item["type"]}
-            for item in error.errors()
-        ]
-        return JSONResponse({"detail": detail}, status_code=422)
+        return JSONResponse({"detail": flatten_errors(error.errors())}, status_code=422)
 
     app.add_exception_handler(RequestValidationError, validation)
 

@@ -60,7 +60,7 @@ class Demo:
                 virtual=True,
             )
         )
-        agent = Agent("demo-node", data_dir, poll_interval=0.1)
+        agent = Agent("demo-node", data_dir, poll_interval=0.1, devices=found.devices)
         app = create_app(store, cluster=LocalCluster([agent]), data_dir=data_dir, interval=0.5)
         port = _free_port()
         server = uvicorn.Server(

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral.cluster import Cluster, TaskLaunch, TaskStop
+from corral.model.telemetry import Sample
 from corral.store import NotFound, Store
 from corral.store.records import BoundWork, Release
+from corral.store.telemetry import record_samples
 
 log = logging.getLogger("corral.dispatch")
 
@@ -51,6 +53,9 @@ def launches(work: BoundWork, data_dir: Path, node: str | None = None) -> list[T
                 "CORRAL_PROJECT": spec.project,
                 "CORRAL_TASK_INDEX": str(state.task),
                 "CORRAL_CHECKPOINT_DIR": str(checkpoint_dir(data_dir, spec.name)),
+                "CORRAL_TELEMETRY_FILE": str(
+                    data_dir / "run" / spec.name / f"task-{state.task}.util"
+                ),
                 "CORRAL_ATTEMPT": str(work.workload.attempts),
                 "MASTER_ADDR": master.address,
                 "MASTER_PORT": str(port),
@@ -78,6 +83,7 @@ def launches(work: BoundWork, data_dir: Path, node: str | None = None) -> list[T
                 env=env,
                 workdir=spec.workdir,
                 max_runtime=spec.max_runtime,
+                grace=spec.grace_period,
                 pid=state.pid if state.state == "running" else None,
                 proc_start=state.proc_start if state.state == "running" else None,
             )
@@ -105,6 +111,8 @@ class Dispatcher:
         self.reconcile_interval = reconcile_interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Jobs the monitor runs after each reconciliation (telemetry rollups, rules).
+        self.upkeep: list[Callable[[], None]] = []
 
     # -- after a cycle, a deletion or a suspension ---------------------------------------
 
@@ -113,14 +121,18 @@ class Dispatcher:
             work = self.store.bound_work(names=names)
             self.cluster.start([launch for w in work for launch in launches(w, self.data_dir)])
 
-    def release(self, releases: list[Release]) -> None:
+    def release(self, releases: list[Release], grace_period: float | None = None) -> None:
+        """Stop released tasks, each after its workload's grace period (or the one given,
+        for a workload that is already deleted)."""
         if not releases:
             return
         grace: dict[str, float] = {}
         stops = []
         for release in releases:
             if release.workload not in grace:
-                grace[release.workload] = self._grace(release.workload)
+                grace[release.workload] = (
+                    grace_period if grace_period is not None else self._grace(release.workload)
+                )
             stops.append(
                 TaskStop(
                     release.workload,
@@ -153,6 +165,9 @@ class Dispatcher:
 
     def heartbeat(self, node: str) -> None:
         self.store.heartbeat(node)
+
+    def samples(self, node: str, samples: list[Sample]) -> None:
+        record_samples(self.store, samples)
 
     # -- reconciling -------------------------------------------------------------------
 
@@ -204,3 +219,8 @@ class Dispatcher:
                 self.reconcile()
             except Exception:
                 log.exception("reconciling failed")
+            for job in self.upkeep:
+                try:
+                    job()
+                except Exception:
+                    log.exception("upkeep failed")

@@ -89,7 +89,8 @@ def up(
         ),
         replace_existing=True,
     )
-    cluster = LocalCluster([Agent(name, data_dir)])
+    # The agent samples its devices every CORRAL_SAMPLE_INTERVAL seconds (5 by default).
+    cluster = LocalCluster([Agent(name, data_dir, devices=found.devices)])
     app = create_app(store, cluster=cluster, data_dir=data_dir)
     print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"node {name}: {found.note}", flush=True)

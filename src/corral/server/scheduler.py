@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from corral.engine import schedule
 from corral.model import Decisions, SchedulerConfig
+from corral.server.metrics import SchedulerMetrics
 from corral.store import Store
 from corral.store.records import Release
 
@@ -35,6 +36,7 @@ class SchedulerLoop:
         self.last_at: float | None = None
         self.last_seconds: float | None = None
         self.cycles = 0
+        self.metrics = SchedulerMetrics()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -65,6 +67,7 @@ class SchedulerLoop:
         self.last_at = time.time()
         self.last_seconds = time.perf_counter() - started
         self.cycles += 1
+        self.metrics.cycle_done(self.last_seconds, decisions)
         if self.on_changes is not None and decisions.changed:
             self.on_changes(decisions, releases)
         return decisions

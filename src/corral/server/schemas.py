@@ -24,6 +24,7 @@ from corral.model import (
     resolve_priority,
 )
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
+from corral.server.rules import RuleOut, RulesIn
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=63)]
@@ -118,6 +119,7 @@ class QueueIn(Body):
     limit: Quota | Amount | None = None
     over_quota_weight: Weights | Amount = 1.0
     priority: int = Field(100, ge=-1_000_000, le=1_000_000)
+    rules: RulesIn | None = Field(None, description="rules that act on utilisation, by class")
 
     def to_model(self) -> Queue:
         return Queue(
@@ -138,6 +140,7 @@ class QueuePatch(Body):
     limit: Quota | Amount | None = None
     over_quota_weight: Weights | Amount | None = None
     priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
+    rules: RulesIn | None = Field(None, description="replaces all the queue's rules; null: none")
 
     def changes(self) -> dict[str, Any]:
         changes: dict[str, Any] = {}
@@ -171,6 +174,16 @@ class Amounts(BaseModel):
         )
 
 
+class WeightsOut(BaseModel):
+    gpu: float
+    cpu: float
+    memory: float
+
+    @classmethod
+    def of(cls, weights: Resources) -> WeightsOut:
+        return cls(gpu=weights.gpu, cpu=weights.cpu, memory=weights.memory)
+
+
 class QueueOut(BaseModel):
     name: str
     parent: str | None
@@ -178,13 +191,16 @@ class QueueOut(BaseModel):
     children: list[str]
     deserved: Amounts
     limit: Amounts
-    over_quota_weight: Amounts
+    over_quota_weight: WeightsOut
     priority: int
     fair_share: Amounts | None = Field(description="from the latest scheduling cycle")
     allocated: Amounts | None
     requested: Amounts | None
     pending_gpu: float | None = Field(description="GPUs asked for by work not yet running")
     created_at: float
+    rules: dict[str, RuleOut] = Field(
+        default_factory=dict, description="rules set on this queue itself, by workload class"
+    )
 
 
 # -- workloads ------------------------------------------------------------------------------
@@ -540,6 +556,8 @@ class UserIn(Body):
     def _project(self) -> UserIn:
         if self.role == "member" and self.project is None:
             raise ValueError("a member needs a project")
+        if self.role != "member" and self.project is not None:
+            raise ValueError(f"only members belong to a project, not a {self.role}")
         return self
 
 

@@ -35,6 +35,7 @@ from corral.model import (
     Workload,
 )
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
+from corral.store import usage  # noqa: F401  (opens and closes allocation intervals)
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.records import (
     ACTIVE,
@@ -60,8 +61,11 @@ from corral.store.schema import (
     UserRow,
     WorkloadRow,
 )
+from corral.store.telemetry import idle_workloads
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# A running workload whose GPUs were at 0% this long counts as idle for victim choice.
+IDLE_WINDOW = 300.0
 TOKEN_PREFIX = "crl_"
 
 
@@ -411,11 +415,17 @@ class Store:
                 )
                 .order_by(WorkloadRow.id)
             ).all()
+            # Victims whose GPUs sat idle are preferred among otherwise equal ones.
+            idle = idle_workloads(session, time.time(), IDLE_WINDOW)
             return Snapshot(
                 nodes=tuple(_node_model(row) for row in nodes),
                 queues=tuple(_queue_from_row(row, names) for row in queues),
                 workloads=tuple(
-                    _workload_model(row, names[row.queue_id], node_names) for row in rows
+                    replace(
+                        _workload_model(row, names[row.queue_id], node_names),
+                        idle=row.name in idle,
+                    )
+                    for row in rows
                 ),
             )
 
@@ -473,7 +483,7 @@ class Store:
                     session,
                     "bound",
                     "scheduler",
-                    f"{len(placements)} tasks on {where}",
+                    f"{len(placements)} {'task' if len(placements) == 1 else 'tasks'} on {where}",
                     workload=name,
                 )
             for name, reason in decisions.pending.items():
@@ -651,6 +661,8 @@ class Store:
             raise Invalid("role", f"{role!r} is not one of {', '.join(ROLES)}")
         if role == "member" and project is None:
             raise Invalid("project", "a member needs a project")
+        if role != "member" and project is not None:
+            raise Invalid("project", f"only members belong to a project, not a {role}")
         with self._write() as session:
             if session.scalar(select(UserRow.id).where(UserRow.name == name)):
                 raise Conflict(f"user {name!r} already exists")
@@ -928,11 +940,15 @@ def _releases(row: WorkloadRow, tasks: set[int], reason: str) -> list[Release]:
 
 def _requeue_node(session: Session, row: NodeRow, why: str) -> list[str]:
     """Send every workload with a task on `row` back to pending, a gang as a whole."""
+    # IN, not DISTINCT: PostgreSQL cannot compare the JSON columns DISTINCT would.
     affected = session.scalars(
         select(WorkloadRow)
-        .join(PlacementRow, PlacementRow.workload_id == WorkloadRow.id)
-        .where(PlacementRow.node_id == row.id)
-        .distinct()
+        .where(
+            WorkloadRow.id.in_(
+                select(PlacementRow.workload_id).where(PlacementRow.node_id == row.id)
+            )
+        )
+        .order_by(WorkloadRow.id)
     ).all()
     for workload in affected:
         workload.placements.clear()

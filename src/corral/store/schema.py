@@ -49,6 +49,8 @@ class QueueRow(Base):
     weight_memory: Mapped[float] = mapped_column(Float, default=1.0)
     priority: Mapped[int] = mapped_column(Integer, default=100)
     created_at: Mapped[float] = mapped_column(Float)
+    # Rules that act on utilisation, by workload class (corral.store.rules); NULL for none.
+    rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     parent: Mapped[QueueRow | None] = relationship(remote_side=[id])
 

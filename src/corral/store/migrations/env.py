@@ -3,6 +3,7 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
+from corral.store import telemetry_schema  # noqa: F401  (its tables join the metadata)
 from corral.store.schema import Base
 
 config = context.config

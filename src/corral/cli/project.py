@@ -1,0 +1,321 @@
+"""`corral project create|list|set|delete` and `corral queues`: the quota tree.
+
+A project is a queue that workloads are submitted to; a department is a queue with
+projects under it. Amounts are GPUs unless the option says CPU or memory; a CPU or
+memory quota left out is not managed, and a limit left out is no limit.
+"""
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from corral.cli.common import (
+    InvalidInput,
+    parse_memory_option,
+    parse_number,
+    print_json,
+    reported_errors,
+)
+from corral.cli.config import connect
+from corral.model import format_gpus, format_memory
+from corral.model.resources import plural_gpus
+from corral.sdk.types import Amounts, QueueOut
+
+project_app = typer.Typer(
+    help="Projects (and departments, which hold projects) with their quotas.",
+    no_args_is_help=True,
+)
+
+# What the user typed for `--limit none` and its kin: no limit, or not managed.
+NONE = "none"
+
+
+def _option(flag: str, metavar: str, text: str) -> Any:
+    return typer.Option(flag, metavar=metavar, help=text, show_default=False)
+
+
+Parent = Annotated[str | None, _option("--parent", "DEPT", "The department it belongs to.")]
+Deserved = Annotated[str | None, _option("--deserved", "GPUS", "GPUs it is guaranteed.")]
+DeservedCpu = Annotated[
+    str | None, _option("--deserved-cpu", "CPUS", "CPUs it is guaranteed (none: not managed).")
+]
+DeservedMemory = Annotated[
+    str | None,
+    _option(
+        "--deserved-memory", "MEMORY", "Memory it is guaranteed, e.g. 256GiB (none: not managed)."
+    ),
+]
+Limit = Annotated[
+    str | None, _option("--limit", "GPUS", "At most this many GPUs (none: no limit).")
+]
+LimitCpu = Annotated[
+    str | None, _option("--limit-cpu", "CPUS", "At most this many CPUs (none: no limit).")
+]
+LimitMemory = Annotated[
+    str | None, _option("--limit-memory", "MEMORY", "At most this much memory (none: no limit).")
+]
+Weight = Annotated[
+    str | None,
+    _option(
+        "--over-quota-weight", "WEIGHT", "Its share of idle GPUs beyond quotas, relative to others."
+    ),
+]
+Priority = Annotated[
+    int | None,
+    typer.Option(
+        "--priority", help="Projects of higher priority get their quota first.", show_default=False
+    ),
+]
+JsonOutput = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+
+
+class _Quota:
+    """One quota's options as given: a field absent from `given` was not on the command
+    line; a field given as None was `none`."""
+
+    def __init__(self, given: dict[str, float | None]) -> None:
+        self.given = given
+
+    def merged(self, current: Amounts | None) -> dict[str, float | None]:
+        amounts: dict[str, float | None] = {}
+        if current is not None:
+            amounts.update(gpu=current["gpu"], cpu=current["cpu"], memory=current["memory"])
+        amounts.update(self.given)
+        return {key: value for key, value in amounts.items() if value is not None}
+
+
+def _part(
+    key: str, flag: str, text: str | None, allow_none: bool = True
+) -> dict[str, float | None]:
+    """One quota option: {} when it was not given, None for `none`."""
+    if text is None:
+        return {}
+    if allow_none and text.strip().lower() == NONE:
+        return {key: None}
+    if key == "memory":
+        return {key: parse_memory_option(flag, text)}
+    return {key: parse_number(flag, text, f"a number of {key.upper()}s")}
+
+
+def _quotas(
+    deserved: str | None,
+    deserved_cpu: str | None,
+    deserved_memory: str | None,
+    limit: str | None,
+    limit_cpu: str | None,
+    limit_memory: str | None,
+) -> tuple[_Quota, _Quota]:
+    return (
+        _Quota(
+            _part("gpu", "--deserved", deserved, allow_none=False)
+            | _part("cpu", "--deserved-cpu", deserved_cpu)
+            | _part("memory", "--deserved-memory", deserved_memory)
+        ),
+        _Quota(
+            _part("gpu", "--limit", limit)
+            | _part("cpu", "--limit-cpu", limit_cpu)
+            | _part("memory", "--limit-memory", limit_memory)
+        ),
+    )
+
+
+@project_app.command("create")
+def create_command(
+    ctx: typer.Context,
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The project's name.", show_default=False)
+    ],
+    parent: Parent = None,
+    deserved: Deserved = None,
+    deserved_cpu: DeservedCpu = None,
+    deserved_memory: DeservedMemory = None,
+    limit: Limit = None,
+    limit_cpu: LimitCpu = None,
+    limit_memory: LimitMemory = None,
+    over_quota_weight: Weight = None,
+    priority: Priority = None,
+) -> None:
+    """Create a project; with --parent, inside a department (which may be new)."""
+    with reported_errors(ctx):
+        deserved_quota, limit_quota = _quotas(
+            deserved, deserved_cpu, deserved_memory, limit, limit_cpu, limit_memory
+        )
+        body: dict[str, Any] = {"name": name, "parent": parent}
+        body["deserved"] = deserved_quota.merged(None)
+        if limits := limit_quota.merged(None):
+            body["limit"] = limits
+        if over_quota_weight is not None:
+            body["over_quota_weight"] = parse_number(
+                "--over-quota-weight", over_quota_weight, "a weight"
+            )
+        if priority is not None:
+            body["priority"] = priority
+        with connect() as client:
+            queue = client.create_queue(body)
+    where = f" in {queue['parent']}" if queue["parent"] else ""
+    typer.echo(
+        f"Created project {queue['name']}{where}: deserved {_amounts(queue['deserved'])}, "
+        f"limit {_amounts(queue['limit'], empty='none')}."
+    )
+
+
+@project_app.command("set")
+def set_command(
+    ctx: typer.Context,
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The project or department.", show_default=False)
+    ],
+    parent: Parent = None,
+    deserved: Deserved = None,
+    deserved_cpu: DeservedCpu = None,
+    deserved_memory: DeservedMemory = None,
+    limit: Limit = None,
+    limit_cpu: LimitCpu = None,
+    limit_memory: LimitMemory = None,
+    over_quota_weight: Weight = None,
+    priority: Priority = None,
+) -> None:
+    """Change some of a project's settings; the others stay as they are."""
+    with reported_errors(ctx):
+        deserved_quota, limit_quota = _quotas(
+            deserved, deserved_cpu, deserved_memory, limit, limit_cpu, limit_memory
+        )
+        changes: dict[str, Any] = {}
+        if parent is not None:
+            changes["parent"] = parent
+        if over_quota_weight is not None:
+            changes["over_quota_weight"] = parse_number(
+                "--over-quota-weight", over_quota_weight, "a weight"
+            )
+        if priority is not None:
+            changes["priority"] = priority
+        with connect() as client:
+            if deserved_quota.given or limit_quota.given:
+                # The API replaces a quota whole; merge so that --limit-cpu keeps the GPU limit.
+                current = client.get_queue(name)
+                if deserved_quota.given:
+                    changes["deserved"] = deserved_quota.merged(current["deserved"])
+                if limit_quota.given:
+                    changes["limit"] = limit_quota.merged(current["limit"]) or None
+            if not changes:
+                raise InvalidInput("give at least one setting to change (see --help)")
+            queue = client.update_queue(name, changes)
+    typer.echo(
+        f"Updated {queue['name']}: deserved {_amounts(queue['deserved'])}, "
+        f"limit {_amounts(queue['limit'], empty='none')}, "
+        f"over-quota weight {_weight(queue)}, priority {queue['priority']}."
+    )
+
+
+@project_app.command("delete")
+def delete_command(
+    ctx: typer.Context,
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The project or department.", show_default=False)
+    ],
+) -> None:
+    """Delete a project (a department only once its projects are gone)."""
+    with reported_errors(ctx), connect() as client:
+        client.delete_queue(name)
+    typer.echo(f"Deleted {name}.")
+
+
+@project_app.command("list")
+def list_command(ctx: typer.Context, json_output: JsonOutput = False) -> None:
+    """Projects and departments as a tree, with their quotas."""
+    with reported_errors(ctx), connect() as client:
+        queues = client.list_queues()
+    if json_output:
+        print_json(queues)
+        return
+    table = Table()
+    table.add_column("project")
+    for column in ("deserved", "limit", "over-quota weight", "priority"):
+        table.add_column(column, justify="right")
+    for label, queue in _tree_rows(queues):
+        table.add_row(
+            label,
+            _amounts(queue["deserved"]),
+            _amounts(queue["limit"], empty="none"),
+            _weight(queue),
+            str(queue["priority"]),
+        )
+    Console().print(table)
+
+
+def queues_command(ctx: typer.Context, json_output: JsonOutput = False) -> None:
+    """Per project and department: GPUs deserved, fair share, allocated, pending, limit."""
+    with reported_errors(ctx), connect() as client:
+        queues = client.list_queues()
+    if json_output:
+        print_json(queues)
+        return
+    table = Table(title="Queues (GPUs)", title_justify="left")
+    table.add_column("queue")
+    for column in ("deserved", "fair share", "allocated", "pending", "limit"):
+        table.add_column(column, justify="right")
+    for label, queue in _tree_rows(queues):
+        allocated = queue["allocated"]["gpu"] if queue["allocated"] else None
+        # Beyond deserved, GPUs are borrowed and may be reclaimed by their owners.
+        borrowing = allocated is not None and allocated > (queue["deserved"]["gpu"] or 0)
+        table.add_row(
+            label,
+            _gpu(queue["deserved"]),
+            _gpu(queue["fair_share"]),
+            Text(_gpu(queue["allocated"]), style="yellow" if borrowing else ""),
+            "-" if queue["pending_gpu"] is None else format_gpus(queue["pending_gpu"]),
+            _gpu(queue["limit"], empty="none"),
+        )
+    console = Console()
+    console.print(table)
+    if any(queue["fair_share"] is None for queue in queues):
+        console.print(Text("Fair shares appear after the scheduler's next cycle.", style="dim"))
+
+
+def _tree_rows(queues: list[QueueOut]) -> list[tuple[Text, QueueOut]]:
+    """Each queue under its department, with tree guides, in name order."""
+    children: dict[str | None, list[QueueOut]] = {}
+    for queue in sorted(queues, key=lambda q: q["name"]):
+        children.setdefault(queue["parent"], []).append(queue)
+    rows: list[tuple[Text, QueueOut]] = []
+
+    def visit(parent: str | None, guides: str) -> None:
+        siblings = children.get(parent, [])
+        for index, queue in enumerate(siblings):
+            last = index == len(siblings) - 1
+            branch = "" if parent is None else ("└── " if last else "├── ")
+            label = Text(guides + branch + queue["name"])
+            if queue["department"]:
+                label.append(" (department)", style="dim")
+            rows.append((label, queue))
+            below = "" if parent is None else ("    " if last else "│   ")
+            visit(queue["name"], guides + below)
+
+    visit(None, "")
+    return rows
+
+
+def _gpu(amounts: Amounts | None, empty: str = "-") -> str:
+    if amounts is None or amounts["gpu"] is None:
+        return empty
+    return format_gpus(amounts["gpu"])
+
+
+def _amounts(amounts: Amounts, empty: str = "0 GPUs") -> str:
+    """ "4 GPUs", or "4 GPUs, 16 CPUs, 64GiB" when CPU and memory are managed too."""
+    parts = []
+    if amounts["gpu"] is not None:
+        parts.append(plural_gpus(amounts["gpu"]))
+    if amounts["cpu"] is not None:
+        parts.append(f"{amounts['cpu']:g} CPUs")
+    if amounts["memory"] is not None:
+        parts.append(format_memory(amounts["memory"]))
+    return ", ".join(parts) or empty
+
+
+def _weight(queue: QueueOut) -> str:
+    weight = queue["over_quota_weight"]["gpu"]
+    return "-" if weight is None else f"{weight:g}"

@@ -1,0 +1,322 @@
+"""`corral submit` and `corral apply -f`: new workloads, from options or from YAML.
+
+Both send the API's WorkloadIn fields. Option values are checked here, so that a bad
+`-g` is a usage error naming the option; the fields of a file are checked by the server,
+whose answer names each bad field.
+"""
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from typer.core import TyperCommand
+
+from corral.cli.common import (
+    InvalidInput,
+    parse_memory_option,
+    parse_number,
+    parse_pairs,
+    reported_errors,
+)
+from corral.cli.config import connect
+from corral.model import PRIORITY_CLASSES, resolve_priority
+from corral.sdk import ApiError, Client
+from corral.sdk.types import WorkloadOut
+
+# Where SubmitCommand leaves the words after "--" for submit_command.
+_COMMAND = "corral.submit.command"
+
+
+class SubmitCommand(TyperCommand):
+    """`corral submit [NAME] [OPTIONS] -- COMMAND ARGS...`.
+
+    Click would give the first word after "--" to NAME when NAME is left out, so the
+    command is split off before click parses the rest. (`ctx` is the click Context that
+    typer vendors privately, hence Any.)
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if "--" in args:
+            split = args.index("--")
+            ctx.meta[_COMMAND] = args[split + 1 :]
+            args = args[:split]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "-- COMMAND [ARGS]..."]
+
+
+def parse_gpus(text: str) -> float:
+    """-g: whole devices ("2") or a fraction of one ("0.5")."""
+    gpus = parse_number("-g/--gpu", text, "a number of GPUs (e.g. 1, 2 or 0.5)")
+    if gpus >= 1 and gpus != int(gpus):
+        raise InvalidInput(f"-g/--gpu: {text!r}: 1 GPU or more must be a whole number")
+    return gpus
+
+
+def submit_command(
+    ctx: typer.Context,
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="NAME", help="The workload's name (made up when left out).", show_default=False
+        ),
+    ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project", "-p", help="The project to submit to.", show_default="your project"
+        ),
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu", "-g", metavar="GPUS", help="GPUs per worker: 1, 2, ... or a fraction, 0.5."
+        ),
+    ] = None,
+    gpu_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-memory", metavar="MEMORY", help="A share of one GPU by its memory, e.g. 20GiB."
+        ),
+    ] = None,
+    cpu: Annotated[
+        str | None, typer.Option("--cpu", metavar="CPUS", help="CPUs per worker.")
+    ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option("--memory", metavar="MEMORY", help="Memory per worker, e.g. 64GiB."),
+    ] = None,
+    workers: Annotated[
+        int,
+        typer.Option("--workers", min=1, help="Start this many workers together, as a gang."),
+    ] = 1,
+    min_workers: Annotated[
+        int | None,
+        typer.Option(
+            "--min-workers",
+            min=1,
+            help="Elastic: start with this many, more as GPUs free up.",
+            show_default=False,
+        ),
+    ] = None,
+    priority: Annotated[
+        str | None,
+        typer.Option(
+            "--priority",
+            metavar="CLASS|N",
+            help=f"{', '.join(PRIORITY_CLASSES)}, or a number.",
+            show_default="train",
+        ),
+    ] = None,
+    interactive: Annotated[
+        bool, typer.Option("--interactive", help="Interactive work: the build priority class.")
+    ] = False,
+    preemptible: Annotated[
+        bool | None,
+        typer.Option(
+            "--preemptible/--non-preemptible",
+            help="May it be stopped for higher-priority work?",
+            show_default="preemptible below the build class",
+        ),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", "-e", metavar="KEY=VALUE", help="An environment variable."),
+    ] = None,
+    workdir: Annotated[
+        str | None,
+        typer.Option("--workdir", metavar="DIR", help="The directory to run in, on the node."),
+    ] = None,
+    max_runtime: Annotated[
+        str | None,
+        typer.Option(
+            "--max-runtime", metavar="DURATION", help="Stop it after this long: 90m, 4h, 2d."
+        ),
+    ] = None,
+    node_selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--node-selector",
+            metavar="KEY=VALUE",
+            help="Only nodes with this label; a key given twice accepts either value.",
+        ),
+    ] = None,
+    topology: Annotated[
+        str | None,
+        typer.Option(
+            "--topology",
+            metavar="LABEL",
+            help="All workers on nodes that share this label's value, e.g. rack.",
+        ),
+    ] = None,
+    topology_preferred: Annotated[
+        str | None,
+        typer.Option(
+            "--topology-preferred",
+            metavar="LABEL",
+            help="Like --topology, but only preferred.",
+        ),
+    ] = None,
+) -> None:
+    """Submit a workload: a command to run on GPUs, alone or as a gang of workers."""
+    with reported_errors(ctx):
+        command = ctx.meta.get(_COMMAND) or []
+        if not command:
+            raise InvalidInput("give the command to run after --, e.g. -- python train.py")
+        task: dict[str, Any] = {"replicas": workers}
+        if gpu is not None and gpu_memory is not None:
+            raise InvalidInput("give -g/--gpu or --gpu-memory, not both")
+        if gpu is not None:
+            task["gpu"] = parse_gpus(gpu)
+        if gpu_memory is not None:
+            if parse_memory_option("--gpu-memory", gpu_memory) == 0:
+                raise InvalidInput("--gpu-memory: must be more than 0")
+            task["gpu_memory"] = gpu_memory
+        if cpu is not None:
+            task["cpu"] = parse_number("--cpu", cpu, "a number of CPUs")
+        if memory is not None:
+            parse_memory_option("--memory", memory)
+            task["memory"] = memory
+        body: dict[str, Any] = {"tasks": [task], "command": command}
+        if name is not None:
+            body["name"] = name
+        if min_workers is not None:
+            if min_workers > workers:
+                raise InvalidInput(
+                    f"--min-workers: {min_workers} is more than the {workers} --workers"
+                )
+            body["min_available"] = min_workers
+        if interactive and priority is not None:
+            raise InvalidInput("give --priority or --interactive, not both")
+        if interactive:
+            body["priority"] = "build"
+        elif priority is not None:
+            body["priority"] = _priority(priority)
+        if preemptible is not None:
+            body["preemptible"] = preemptible
+        if env:
+            body["env"] = dict(parse_pairs("-e/--env", env))
+        if workdir is not None:
+            body["workdir"] = workdir
+        if max_runtime is not None:
+            body["max_runtime"] = max_runtime
+        if node_selector:
+            selector: dict[str, list[str]] = {}
+            for key, value in parse_pairs("--node-selector", node_selector):
+                selector.setdefault(key, []).append(value)
+            body["node_selector"] = selector
+        if topology is not None and topology_preferred is not None:
+            raise InvalidInput("give --topology or --topology-preferred, not both")
+        if topology is not None:
+            body["topology"] = {"key": topology, "required": True}
+        if topology_preferred is not None:
+            body["topology"] = {"key": topology_preferred, "required": False}
+        with connect() as client:
+            body["project"] = project or _own_project(client, "-p/--project")
+            workload = client.submit(body)
+    _submitted(workload)
+
+
+def _priority(text: str) -> str | int:
+    try:
+        resolve_priority(text)
+    except ValueError as error:
+        raise InvalidInput(f"--priority: {error}") from None
+    return text if text in PRIORITY_CLASSES else int(text)
+
+
+def _own_project(client: Client, flag: str) -> str:
+    """The logged-in member's project, for when the user gives none."""
+    user = client.whoami()
+    if user["project"] is None:
+        raise InvalidInput(
+            f"{flag}: give the project; {user['name']} ({user['role']}) has none of their own"
+        )
+    return user["project"]
+
+
+def _submitted(workload: WorkloadOut) -> None:
+    typer.echo(f"Submitted {workload['name']} to {workload['project']} ({workload['status']}).")
+
+
+def apply_command(
+    ctx: typer.Context,
+    file: Annotated[
+        str,
+        typer.Option(
+            "--file",
+            "-f",
+            metavar="FILE",
+            help="YAML with the API's workload fields; documents separated by --- "
+            "are submitted in order. - reads standard input.",
+            show_default=False,
+        ),
+    ],
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project",
+            "-p",
+            help="The project of documents that name none.",
+            show_default="your project",
+        ),
+    ] = None,
+) -> None:
+    """Submit the workloads described in a YAML file."""
+    with reported_errors(ctx):
+        documents = _read_documents(file)
+        with connect() as client:
+            default = project
+            if default is None and any("project" not in doc for doc in documents):
+                default = _own_project(client, "-p/--project")
+            submitted: list[str] = []
+            for number, document in enumerate(documents, start=1):
+                try:
+                    workload = client.submit({"project": default, **document})
+                except ApiError as error:
+                    where = _where(file, number, document, len(documents))
+                    before = f" (submitted before it: {', '.join(submitted)})" if submitted else ""
+                    raise ApiError(error.status, f"{where}: {error.message}{before}") from error
+                submitted.append(workload["name"])
+                _submitted(workload)
+
+
+def _read_documents(file: str) -> list[dict[str, Any]]:
+    """The file's non-empty YAML documents, each a mapping."""
+    source = _source(file)
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInput(f"{source}: cannot read it: {error}") from None
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise InvalidInput(f"{source}: {at}{error.problem}") from None
+    except yaml.YAMLError as error:
+        raise InvalidInput(f"{source}: {error}") from None
+    if not documents:
+        raise InvalidInput(f"{source}: no workloads in it")
+    for number, document in enumerate(documents, start=1):
+        if not isinstance(document, dict):
+            where = _where(file, number, {}, len(documents))
+            raise InvalidInput(f"{where}: a workload is a mapping of fields (project, tasks, ...)")
+    return documents
+
+
+def _where(file: str, number: int, document: dict[str, Any], count: int) -> str:
+    """ "jobs.yaml", or "jobs.yaml, document 2 (train-b)" when there are several."""
+    where = _source(file)
+    if count > 1:
+        where += f", document {number}"
+        if isinstance(document.get("name"), str):
+            where += f" ({document['name']})"
+    return where
+
+
+def _source(file: str) -> str:
+    return "<stdin>" if file == "-" else file

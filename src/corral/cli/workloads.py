@@ -1,0 +1,296 @@
+"""`corral list|describe|delete|suspend|resume|why`: workloads after submission."""
+
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from corral.cli.common import print_json, reported_errors
+from corral.cli.config import connect
+from corral.model import PRIORITY_CLASSES, format_gpus, format_memory
+from corral.sdk.types import EventOut, TaskGroupOut, WhyOut, WorkloadOut, WorkloadStatus
+
+STATUS_STYLES = {
+    "pending": "yellow",
+    "running": "green",
+    "suspended": "magenta",
+    "succeeded": "blue",
+    "failed": "red",
+}
+# The class name that shows each priority number; the first listed name wins a tie.
+_CLASS_OF: dict[int, str] = {}
+for _name, _number in PRIORITY_CLASSES.items():
+    _CLASS_OF.setdefault(_number, _name)
+
+Name = Annotated[
+    str, typer.Argument(metavar="NAME", help="The workload's name.", show_default=False)
+]
+JsonOutput = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+
+
+def list_command(
+    ctx: typer.Context,
+    all_projects: Annotated[
+        bool, typer.Option("--all-projects", "-A", help="Workloads of every project.")
+    ] = False,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project", "-p", help="Workloads of this project.", show_default="your project"
+        ),
+    ] = None,
+    status: Annotated[
+        WorkloadStatus | None,
+        typer.Option("--status", help="Only workloads in this state.", show_default=False),
+    ] = None,
+    json_output: JsonOutput = False,
+) -> None:
+    """Workloads of your project, oldest first (an admin or viewer sees every project's)."""
+    with reported_errors(ctx), connect() as client:
+        if project is None and not all_projects:
+            project = client.whoami()["project"]
+        workloads = client.list_workloads(project, status)
+    if json_output:
+        print_json(workloads)
+        return
+    if not workloads:
+        where = "" if project is None else f" in {project}"
+        typer.echo(f"No workloads{where}.")
+        return
+    now = time.time()
+    table = Table()
+    for column in (
+        "workload", "project", "user", "status", "workers", "gpus", "priority", "age", "nodes",
+        "reason",
+    ):  # fmt: skip
+        table.add_column(column)
+    for workload in workloads:
+        nodes = dict.fromkeys(placement["node"] for placement in workload["placements"])
+        total = sum(group["replicas"] for group in workload["tasks"])
+        table.add_row(
+            workload["name"],
+            workload["project"],
+            workload["user"],
+            _status(workload["status"]),
+            f"{len(workload['placements'])}/{total}",
+            ", ".join(_request(group) for group in workload["tasks"]),
+            _priority_name(workload["priority"]),
+            _age(now - workload["created_at"]),
+            ", ".join(nodes),
+            workload["reason"] or "",
+        )
+    Console().print(table)
+
+
+def describe_command(
+    ctx: typer.Context,
+    name: Name,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help='Print {"workload": ..., "events": [...]} from the API.'),
+    ] = False,
+) -> None:
+    """A workload's spec, status, placement and events."""
+    with reported_errors(ctx), connect() as client:
+        workload = client.get_workload(name)
+        events = client.events(name)
+    if json_output:
+        print_json({"workload": workload, "events": events})
+        return
+    console = Console()
+    console.print(_spec(workload))
+    console.print(_tasks_table(workload["tasks"], workload["min_available"]))
+    if workload["placements"]:
+        table = Table(title="Placement", title_justify="left")
+        for column in ("task", "node", "devices", "gpus"):
+            table.add_column(column)
+        for placement in workload["placements"]:
+            table.add_row(
+                str(placement["task"]),
+                placement["node"],
+                ",".join(map(str, placement["devices"])) or "-",
+                format_gpus(placement["gpu"]),
+            )
+        console.print(table)
+    console.print(_events_table(events) if events else Text("No events."))
+
+
+def delete_command(ctx: typer.Context, name: Name) -> None:
+    """Delete a workload; its tasks are stopped if they run."""
+    with reported_errors(ctx), connect() as client:
+        client.delete_workload(name)
+    typer.echo(f"Deleted {name}.")
+
+
+def suspend_command(ctx: typer.Context, name: Name) -> None:
+    """Stop a workload and keep it out of scheduling until it is resumed."""
+    with reported_errors(ctx), connect() as client:
+        workload = client.suspend(name)
+    typer.echo(f"Suspended {workload['name']}.")
+
+
+def resume_command(ctx: typer.Context, name: Name) -> None:
+    """Put a suspended workload back in its queue."""
+    with reported_errors(ctx), connect() as client:
+        workload = client.resume(name)
+    typer.echo(f"Resumed {workload['name']} ({workload['status']}).")
+
+
+def why_command(
+    ctx: typer.Context,
+    name: Name,
+    json_output: JsonOutput = False,
+) -> None:
+    """Why a workload waits, its place in its queue, and who holds the GPUs it could use."""
+    with reported_errors(ctx), connect() as client:
+        why = client.why(name)
+        project = client.get_workload(name)["project"] if why["position"] is not None else ""
+    if json_output:
+        print_json(why)
+        return
+    console = Console()
+    for line in _why_lines(why, project):
+        console.print(line)
+    if why["status"] != "pending":
+        return
+    if why["holders"]:
+        table = Table(title="Running on the nodes it may use", title_justify="left")
+        for column in ("workload", "project", "priority", "preemptible", "node", "gpus"):
+            table.add_column(column)
+        for holder in why["holders"]:
+            table.add_row(
+                holder["workload"],
+                holder["project"],
+                _priority_name(holder["priority"]),
+                "yes" if holder["preemptible"] else "no",
+                holder["node"],
+                format_gpus(holder["gpu"]),
+            )
+        console.print(table)
+    else:
+        console.print("Nothing runs on the nodes it may use.")
+
+
+def _why_lines(why: WhyOut, project: str) -> list[Text]:
+    status = why["status"]
+    headline = Text.assemble((why["workload"], "bold"), " is ", _status(status))
+    if why["reason"]:
+        headline.append(f": {why['reason']}")
+    lines = [headline]
+    position = why["position"]
+    if position is not None:
+        if position == 1:
+            lines.append(Text(f"It is the next of {project}'s pending workloads to be tried."))
+        else:
+            ahead = ", ".join(why["ahead"])
+            lines.append(Text(f"It is number {position} in {project}'s queue, after {ahead}."))
+    return lines
+
+
+def _priority_name(priority: int) -> str:
+    """ "train (50)" for a class's number, else the number."""
+    name = _CLASS_OF.get(priority)
+    return f"{name} ({priority})" if name else str(priority)
+
+
+def _status(status: str) -> Text:
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def _request(group: TaskGroupOut) -> str:
+    """What one worker asks for: "1", "0.5" or "20GiB" (of one GPU's memory)."""
+    if group["gpu_memory"]:
+        return format_memory(group["gpu_memory"])
+    return format_gpus(group["gpu"])
+
+
+def _age(seconds: float) -> str:
+    seconds = max(seconds, 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _when(stamp: float | None) -> str:
+    if stamp is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _spec(workload: WorkloadOut) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    status: RenderableType = _status(workload["status"])
+    if workload["reason"]:
+        status = Text.assemble(_status(workload["status"]), f": {workload['reason']}")
+    preemptible = "preemptible" if workload["preemptible"] else "not preemptible"
+    rows: list[tuple[str, RenderableType]] = [
+        ("workload", workload["name"]),
+        ("project", workload["project"]),
+        ("user", workload["user"]),
+        ("status", status),
+        ("priority", f"{_priority_name(workload['priority'])}, {preemptible}"),
+        ("command", " ".join(workload["command"]) or "-"),
+    ]
+    if workload["workdir"]:
+        rows.append(("workdir", workload["workdir"]))
+    if workload["env"]:
+        rows.append(("env", Group(*(f"{k}={v}" for k, v in workload["env"].items()))))
+    if workload["node_selector"]:
+        selector = (f"{k} in {', '.join(v)}" for k, v in workload["node_selector"].items())
+        rows.append(("node selector", "; ".join(selector)))
+    if workload["topology"]:
+        kind = "required" if workload["topology"]["required"] else "preferred"
+        rows.append(("topology", f"{workload['topology']['key']} ({kind})"))
+    if workload["max_runtime"] is not None:
+        rows.append(("max runtime", _duration(workload["max_runtime"])))
+    rows += [
+        ("attempts", str(workload["attempts"])),
+        ("created", _when(workload["created_at"])),
+        ("started", _when(workload["started_at"])),
+        ("finished", _when(workload["finished_at"])),
+    ]
+    for key, value in rows:
+        grid.add_row(key, value)
+    return grid
+
+
+def _tasks_table(groups: list[TaskGroupOut], min_available: int | None) -> Table:
+    title = "Tasks" if min_available is None else f"Tasks (elastic: at least {min_available})"
+    table = Table(title=title, title_justify="left")
+    for column in ("group", "workers", "gpus", "gpu memory", "cpus", "memory"):
+        table.add_column(column)
+    for group in groups:
+        table.add_row(
+            group["name"],
+            str(group["replicas"]),
+            format_gpus(group["gpu"]),
+            format_memory(group["gpu_memory"]) if group["gpu_memory"] else "-",
+            f"{group['cpu']:g}",
+            format_memory(group["memory"]) if group["memory"] else "-",
+        )
+    return table
+
+
+def _events_table(events: list[EventOut]) -> Table:
+    table = Table(title="Events", title_justify="left")
+    for column in ("time", "event", "by", "detail"):
+        table.add_column(column)
+    for event in events:
+        detail = event["reason"]
+        if event["node"]:
+            detail = f"{detail} (node {event['node']})" if detail else f"node {event['node']}"
+        table.add_row(_when(event["time"]), event["kind"], event["cause"], detail)
+    return table

@@ -1,0 +1,362 @@
+"""A typed client for the corral REST API (/api/v1), for the CLI and for users' own code.
+
+    from corral.sdk import Client
+
+    with Client("http://127.0.0.1:8700", token) as corral:
+        job = corral.submit({"project": "vision", "tasks": [{"gpu": 1}], "command": ["nvidia-smi"]})
+        print(corral.why(job["name"])["reason"])
+
+Every method is one request. Answers are the API's JSON, typed by `corral.sdk.types`.
+A refused request raises `ApiError` (its status and the server's message, with a field
+path for each invalid field); a server that cannot be reached raises `ServerUnreachable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from corral.sdk.types import (
+    ClusterOut,
+    EventOut,
+    LogOut,
+    NodeOut,
+    QueueOut,
+    TokenOut,
+    UsageRowOut,
+    UserOut,
+    WhyOut,
+    WorkloadOut,
+    WorkloadStatus,
+)
+
+API_PREFIX = "/api/v1"
+
+
+class CorralError(Exception):
+    """Base of the errors the client raises."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    """One invalid field of a request: `tasks[0].gpu` and what is wrong with it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ApiError(CorralError):
+    """The server refused a request. `message` is its explanation on one line; for a 422,
+    `problems` holds each invalid field and `message` joins them."""
+
+    def __init__(self, status: int, message: str, problems: Sequence[FieldProblem] = ()) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.problems = tuple(problems)
+
+
+class ServerUnreachable(CorralError):
+    """No answer from the server: it is down, the URL is wrong, or it was too slow."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"cannot reach the corral server at {server}: {reason}")
+        self.server = server
+        self.reason = reason
+
+
+def server_url(url: str) -> str:
+    """The server's base URL as users give it: no trailing slash, no /api/v1 suffix.
+
+    Raises ValueError when it is not an http(s) URL.
+    """
+    base = url.strip().rstrip("/").removesuffix(API_PREFIX)
+    parsed = httpx.URL(base)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    return base
+
+
+class Client:
+    """One server and one token; methods per endpoint. Use it as a context manager, or
+    call `close()`, to release its connections."""
+
+    def __init__(self, server: str, token: str, *, timeout: float = 30.0) -> None:
+        self.server = server_url(server)
+        self.timeout = timeout
+        self._http = httpx.Client(
+            base_url=self.server + API_PREFIX,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- users ---------------------------------------------------------------------------
+
+    def whoami(self) -> UserOut:
+        """The user the token belongs to: name, role and (for a member) project."""
+        return cast(UserOut, self._request("GET", "/whoami"))
+
+    def list_users(self) -> list[UserOut]:
+        """Every user (admins only)."""
+        return cast(list[UserOut], self._request("GET", "/users"))
+
+    def create_user(self, name: str, role: str = "member", project: str | None = None) -> TokenOut:
+        """Create a user and their first token, which is shown only in this answer."""
+        body = {"name": name, "role": role, "project": project}
+        return cast(TokenOut, self._request("POST", "/users", body))
+
+    def create_token(self, user: str) -> TokenOut:
+        """A new token for an existing user; earlier tokens stay valid."""
+        return cast(TokenOut, self._request("POST", f"/users/{_segment(user)}/tokens"))
+
+    # -- queues (projects and departments) -----------------------------------------------
+
+    def list_queues(self) -> list[QueueOut]:
+        return cast(list[QueueOut], self._request("GET", "/queues"))
+
+    def get_queue(self, name: str) -> QueueOut:
+        return cast(QueueOut, self._request("GET", f"/queues/{_segment(name)}"))
+
+    def create_queue(self, queue: Mapping[str, Any]) -> QueueOut:
+        """Create a queue from the API's QueueIn fields (name, parent, deserved, limit,
+        over_quota_weight, priority)."""
+        return cast(QueueOut, self._request("POST", "/queues", queue))
+
+    def update_queue(self, name: str, changes: Mapping[str, Any]) -> QueueOut:
+        """Change the given fields only; a quota given replaces that quota whole, and
+        `limit: None` removes the limit."""
+        return cast(QueueOut, self._request("PATCH", f"/queues/{_segment(name)}", changes))
+
+    def delete_queue(self, name: str) -> None:
+        self._request("DELETE", f"/queues/{_segment(name)}")
+
+    # -- workloads -----------------------------------------------------------------------
+
+    def list_workloads(
+        self,
+        project: str | None = None,
+        status: WorkloadStatus | None = None,
+        user: str | None = None,
+    ) -> list[WorkloadOut]:
+        """Workloads, oldest first, optionally only one project's, status's or user's."""
+        params = {
+            key: value
+            for key, value in (("project", project), ("status", status), ("user", user))
+            if value is not None
+        }
+        return cast(list[WorkloadOut], self._request("GET", "/workloads", params=params))
+
+    def submit(self, workload: Mapping[str, Any]) -> WorkloadOut:
+        """Submit a workload from the API's WorkloadIn fields (project, tasks, command, ...);
+        the server names it when `name` is left out."""
+        return cast(WorkloadOut, self._request("POST", "/workloads", workload))
+
+    def get_workload(self, name: str) -> WorkloadOut:
+        return cast(WorkloadOut, self._request("GET", f"/workloads/{_segment(name)}"))
+
+    def delete_workload(self, name: str) -> None:
+        """Delete a workload; its tasks are stopped if they run."""
+        self._request("DELETE", f"/workloads/{_segment(name)}")
+
+    def suspend(self, name: str) -> WorkloadOut:
+        """Take a pending or running workload out of scheduling; it gives its GPUs back."""
+        return cast(WorkloadOut, self._request("POST", f"/workloads/{_segment(name)}/suspend"))
+
+    def resume(self, name: str) -> WorkloadOut:
+        """Put a suspended workload back in its queue."""
+        return cast(WorkloadOut, self._request("POST", f"/workloads/{_segment(name)}/resume"))
+
+    def events(self, name: str) -> list[EventOut]:
+        """What happened to a workload, oldest first."""
+        return cast(list[EventOut], self._request("GET", f"/workloads/{_segment(name)}/events"))
+
+    def logs(self, name: str, task: int = 0, offset: int = 0, tail: int | None = None) -> LogOut:
+        """A task's output from byte `offset`, or its last `tail` lines; the answer's
+        `offset` is where to continue."""
+        params = {"task": str(task), "offset": str(offset)}
+        if tail is not None:
+            params["tail"] = str(tail)
+        return cast(
+            LogOut, self._request("GET", f"/workloads/{_segment(name)}/logs", params=params)
+        )
+
+    def why(self, name: str) -> WhyOut:
+        """Why a workload waits, its place in its project, and who holds the GPUs."""
+        return cast(WhyOut, self._request("GET", f"/workloads/{_segment(name)}/why"))
+
+    # -- nodes and the cluster -----------------------------------------------------------
+
+    def list_nodes(self) -> list[NodeOut]:
+        return cast(list[NodeOut], self._request("GET", "/nodes"))
+
+    def get_node(self, name: str) -> NodeOut:
+        return cast(NodeOut, self._request("GET", f"/nodes/{_segment(name)}"))
+
+    def register_node(self, node: Mapping[str, Any]) -> NodeOut:
+        """Register a node from the API's NodeIn fields (admins only)."""
+        return cast(NodeOut, self._request("POST", "/nodes", node))
+
+    def remove_node(self, name: str) -> None:
+        """Remove a node; work bound to it goes back to its queue."""
+        self._request("DELETE", f"/nodes/{_segment(name)}")
+
+    def cordon(self, name: str) -> NodeOut:
+        """Place nothing new on the node; what runs there keeps running."""
+        return cast(NodeOut, self._request("POST", f"/nodes/{_segment(name)}/cordon"))
+
+    def uncordon(self, name: str) -> NodeOut:
+        return cast(NodeOut, self._request("POST", f"/nodes/{_segment(name)}/uncordon"))
+
+    def cluster(self) -> ClusterOut:
+        """Counts of nodes, GPUs and workloads, and when the scheduler last ran."""
+        return cast(ClusterOut, self._request("GET", "/cluster"))
+
+    def usage(
+        self, since: str | float = "7d", by: str = "project", until: float | None = None
+    ) -> list[UsageRowOut]:
+        """GPU-hours allocated, used and idle since `since` (seconds, or "24h", "7d"), by
+        project, department, user or workload; largest allocation first."""
+        params = {"since": str(since), "by": by}
+        if until is not None:
+            params["until"] = str(until)
+        return cast(list[UsageRowOut], self._request("GET", "/usage", params=params))
+
+    # -- transport -----------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> Any:
+        try:
+            response = self._http.request(
+                method, path, json=dict(body) if body is not None else None, params=params
+            )
+        except httpx.TimeoutException as error:
+            raise ServerUnreachable(self.server, f"no answer within {self.timeout:g} s") from error
+        except httpx.TransportError as error:
+            reason = _one_line(str(error)) or type(error).__name__
+            raise ServerUnreachable(self.server, reason) from error
+        if response.status_code >= 400:
+            raise _api_error(response, body)
+        if response.status_code == 204 or not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            raise ApiError(
+                response.status_code, f"the server answered {path} with something not JSON"
+            ) from None
+
+
+def _segment(name: str) -> str:
+    """A name as one URL path segment, so that a name with "/" cannot reach another path."""
+    return quote(name, safe="")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _api_error(response: httpx.Response, body: Mapping[str, Any] | None) -> ApiError:
+    status = response.status_code
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):
+        problems = _problems(detail, body)
+        return ApiError(status, "; ".join(map(str, problems)) or "invalid request", problems)
+    if isinstance(detail, str) and detail:
+        return ApiError(status, _one_line(detail))
+    return ApiError(status, f"HTTP {status} {response.reason_phrase}".strip())
+
+
+# Pydantic's error types for a value of the wrong kind (a string where a number belongs).
+_WRONG_KIND = ("_type", "_parsing")
+
+
+def _problems(detail: list[Any], body: Mapping[str, Any] | None) -> list[FieldProblem]:
+    """FieldProblems from a 422's `detail`, one per field, in the order the server gave.
+
+    A field that accepts several shapes (a number, or an object with gpu/cpu/memory) is
+    checked against each, and each reports an error. When one shape matched the kind of
+    value but a constraint failed, the others' "wrong kind" errors only distract.
+    """
+    by_path: dict[str, list[tuple[str, str]]] = {}
+    for item in detail:
+        if not isinstance(item, dict):
+            continue
+        kind = str(item.get("type", ""))
+        message = str(item.get("msg", "invalid"))
+        if kind == "value_error":
+            message = message.removeprefix("Value error, ")
+        loc = item.get("loc")
+        path = _field_path(loc if isinstance(loc, list) else [], kind, body)
+        by_path.setdefault(path, []).append((kind, message))
+    problems: list[FieldProblem] = []
+    for path, found in by_path.items():
+        specific = [message for kind, message in found if not kind.endswith(_WRONG_KIND)]
+        messages = specific or [message for _, message in found]
+        for message in dict.fromkeys(messages):
+            problems.append(FieldProblem(path, message))
+    return problems
+
+
+def _field_path(loc: list[Any], kind: str, body: Mapping[str, Any] | None) -> str:
+    """`tasks[0].gpu` from a loc such as ["body", "tasks", 0, "gpu"].
+
+    Pydantic puts the name of a union's alternative into the loc ("Quota",
+    "constrained-float"); walking the body that was sent tells field names from those:
+    a part that is not a key or index of the value at that point is dropped, unless it
+    names a required field that is missing.
+    """
+    parts = list(loc)
+    source = parts.pop(0) if parts and parts[0] in ("body", "query", "path") else "body"
+    walk = source == "body" and body is not None
+    value: Any = body
+    path = ""
+    for position, part in enumerate(parts):
+        if walk:
+            if _has(value, part):
+                value = value[part]
+            elif not (kind == "missing" and position == len(parts) - 1):
+                continue
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _has(value: Any, part: Any) -> bool:
+    """Whether `part` is a key of `value` (a JSON object) or an index of it (an array)."""
+    if isinstance(value, Mapping):
+        return isinstance(part, str) and part in value
+    if isinstance(value, list):
+        return isinstance(part, int) and 0 <= part < len(value)
+    return False

@@ -1,0 +1,166 @@
+"""Queue rules in the API, and the upkeep the monitor runs: rollups and rule enforcement.
+
+A queue's `rules` (see corral.store.rules) are given per workload class:
+
+    "rules": {"interactive": {"idle_timeout": "30m"}, "train": {"max_runtime": "2d"}}
+
+Durations are seconds or strings such as "90s", "30m", "4h", "2d".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from corral.model.durations import parse_duration
+from corral.server.metrics import SchedulerMetrics
+from corral.store import Store
+from corral.store.records import Release
+from corral.store.rules import RuleSet, enforce_rules, queue_rules
+from corral.store.telemetry import rollup
+
+log = logging.getLogger("corral.rules")
+
+Duration = float | str
+
+
+class RuleIn(BaseModel):
+    """Limits for one workload class; a limit left out or null is no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    idle_timeout: Duration | None = Field(
+        None, description="suspend when every GPU of the workload has been at 0% this long"
+    )
+    max_runtime: Duration | None = Field(
+        None, description="stop as failed when it has run this long since it was last bound"
+    )
+
+    @field_validator("idle_timeout", "max_runtime")
+    @classmethod
+    def _duration(cls, value: Duration | None) -> Duration | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    def seconds(self) -> dict[str, float | None]:
+        return {
+            "idle_timeout": _or_none(self.idle_timeout),
+            "max_runtime": _or_none(self.max_runtime),
+        }
+
+
+def _or_none(value: Duration | None) -> float | None:
+    return None if value is None else parse_duration(value)
+
+
+class RulesIn(BaseModel):
+    """Rules by workload class; "interactive" is another name for "build"."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    train: RuleIn | None = None
+    build_preemptible: RuleIn | None = Field(None, alias="build-preemptible")
+    build: RuleIn | None = None
+    interactive: RuleIn | None = None
+    interactive_preemptible: RuleIn | None = Field(None, alias="interactive-preemptible")
+    inference: RuleIn | None = None
+
+    @model_validator(mode="after")
+    def _one_name_per_class(self) -> RulesIn:
+        if self.build is not None and self.interactive is not None:
+            raise ValueError("give build or interactive (the same class), not both")
+        if self.build_preemptible is not None and self.interactive_preemptible is not None:
+            raise ValueError(
+                "give build-preemptible or interactive-preemptible (the same class), not both"
+            )
+        return self
+
+    def by_class(self) -> dict[str, dict[str, float | None]]:
+        """The rules given, by class name as the store keeps them, in seconds."""
+        given = {
+            "train": self.train,
+            "build-preemptible": self.build_preemptible or self.interactive_preemptible,
+            "build": self.build or self.interactive,
+            "inference": self.inference,
+        }
+        return {name: rule.seconds() for name, rule in given.items() if rule is not None}
+
+
+class RuleOut(BaseModel):
+    idle_timeout: float | None = Field(description="seconds; null: no limit")
+    max_runtime: float | None = Field(description="seconds; null: no limit")
+
+
+def rules_out(store: Store, queue: str) -> dict[str, RuleOut]:
+    """The rules a queue sets itself, by class (train, build-preemptible, build, inference)."""
+    return _out(queue_rules(store, queue))
+
+
+def _out(rules: RuleSet) -> dict[str, RuleOut]:
+    return {
+        name: RuleOut(
+            idle_timeout=limits.get("idle_timeout"), max_runtime=limits.get("max_runtime")
+        )
+        for name, limits in sorted(rules.items())
+    }
+
+
+class Upkeep:
+    """Called by the dispatcher's monitor every few seconds: rolls telemetry up once a
+    minute, and enforces queue rules, stopping the processes of what a rule stopped."""
+
+    def __init__(
+        self,
+        store: Store,
+        release: Callable[[list[Release]], None],
+        wake: Callable[[], None],
+        metrics: SchedulerMetrics,
+        rollup_interval: float = 60.0,
+    ) -> None:
+        self.store = store
+        self.release = release
+        self.wake = wake
+        self.metrics = metrics
+        self.rollup_interval = rollup_interval
+        self._last_rollup: float | None = None
+
+    def __call__(self) -> None:
+        now = time.time()
+        if self._last_rollup is None or now - self._last_rollup >= self.rollup_interval:
+            self._last_rollup = now
+            result = rollup(self.store, now)
+            if result.raw_deleted or result.minutes_deleted:
+                log.info(
+                    "telemetry: %d raw samples and %d minutes past retention deleted",
+                    result.raw_deleted,
+                    result.minutes_deleted,
+                )
+        enforced = enforce_rules(self.store, now)
+        for item in enforced:
+            log.info("%s %s: %s", item.rule.field, item.record.name, item.reason)
+            self.metrics.rule_applied(item.rule.field)
+            placements = item.record.placements
+            self.release(
+                [
+                    Release(
+                        item.record.name,
+                        node,
+                        tuple(p.task for p in placements if p.node == node),
+                        item.reason,
+                    )
+                    for node in sorted({p.node for p in placements})
+                ]
+            )
+        if enforced:
+            self.wake()
+
+
+def rules_payload(body: Any) -> dict[str, dict[str, float | None]] | None:
+    """The rules of a QueueIn or QueuePatch body, for corral.store.rules.set_rules."""
+    rules = getattr(body, "rules", None)
+    return rules.by_class() if isinstance(rules, RulesIn) else None

@@ -1,0 +1,334 @@
+"""Accounting: allocation intervals, and GPU-hours allocated, used and idle over any period.
+
+An allocation interval opens when a task's placement is written and closes when the
+placement goes, whatever removed it (the task's workload ended, was preempted, suspended,
+deleted, or sent back to pending because its node went away). Both happen in the same
+transaction as the placement change, through mapper events, so no code path that binds or
+releases devices can forget them.
+
+Definitions, over a period [since, until):
+- allocated: the GPUs each task held (its `gpu`: 2 for two whole devices, 0.5 for half of
+  one) times the seconds it held them within the period;
+- used: per sample or rollup row, share * utilisation / 100 * seconds;
+- idle: the share * seconds of rows (minutes, for rollups) whose utilisation was 0.
+Used and idle come from telemetry, so allocated time without samples counts as neither.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import Connection, event, func, insert, or_, select, update
+from sqlalchemy.orm import Mapper, Session
+
+from corral.store.records import STATUSES
+from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
+from corral.store.telemetry import GpuSeconds, gpu_seconds
+from corral.store.telemetry_schema import AllocationRow
+
+if TYPE_CHECKING:
+    from corral.store.db import Store
+
+UsageKey = Literal["workload", "project", "department", "user"]
+USAGE_KEYS: tuple[UsageKey, ...] = ("project", "department", "user", "workload")
+
+
+# -- allocation intervals -----------------------------------------------------------------
+
+
+@event.listens_for(PlacementRow, "after_insert")
+def _placement_bound(_mapper: Mapper[Any], connection: Connection, target: PlacementRow) -> None:
+    workload = connection.execute(
+        select(
+            WorkloadRow.name, WorkloadRow.user, WorkloadRow.priority, WorkloadRow.queue_id
+        ).where(WorkloadRow.id == target.workload_id)
+    ).one()
+    project, departments = _queue_path(connection, workload.queue_id)
+    node = connection.scalar(select(NodeRow.name).where(NodeRow.id == target.node_id))
+    connection.execute(
+        insert(AllocationRow).values(
+            placement_id=target.id,
+            workload=workload.name,
+            task=target.task,
+            project=project,
+            departments=departments,
+            user=workload.user,
+            priority=workload.priority,
+            node=node or "",
+            devices=list(target.devices),
+            gpu=target.gpu,
+            start=target.created_at,
+            end=None,
+        )
+    )
+
+
+@event.listens_for(PlacementRow, "after_delete")
+def _placement_released(_mapper: Mapper[Any], connection: Connection, target: PlacementRow) -> None:
+    connection.execute(
+        update(AllocationRow)
+        .where(AllocationRow.placement_id == target.id, AllocationRow.end.is_(None))
+        .values(end=time.time())
+    )
+
+
+def _queue_path(connection: Connection, queue_id: int) -> tuple[str, list[str]]:
+    """The queue's name and its ancestors' names, nearest first."""
+    names = []
+    current: int | None = queue_id
+    while current is not None:
+        row = connection.execute(
+            select(QueueRow.name, QueueRow.parent_id).where(QueueRow.id == current)
+        ).one()
+        names.append(row.name)
+        current = row.parent_id
+    return names[0], names[1:]
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One task holding `gpu` GPUs of `devices` on `node` from `start` to `end` (None while
+    it holds them)."""
+
+    workload: str
+    task: int
+    project: str
+    departments: tuple[str, ...]
+    user: str
+    priority: int
+    node: str
+    devices: tuple[int, ...]
+    gpu: float
+    start: float
+    end: float | None
+
+    def seconds_within(self, since: float, until: float, now: float) -> float:
+        end = self.end if self.end is not None else now
+        return max(0.0, min(end, until) - max(self.start, since))
+
+    def keys(self, by: UsageKey) -> tuple[str, ...]:
+        if by == "workload":
+            return (self.workload,)
+        if by == "project":
+            return (self.project,)
+        if by == "user":
+            return (self.user,)
+        return self.departments
+
+
+def _allocation(row: AllocationRow) -> Allocation:
+    return Allocation(
+        workload=row.workload,
+        task=row.task,
+        project=row.project,
+        departments=tuple(row.departments),
+        user=row.user,
+        priority=row.priority,
+        node=row.node,
+        devices=tuple(row.devices),
+        gpu=row.gpu,
+        start=row.start,
+        end=row.end,
+    )
+
+
+def record_allocation(store: Store, allocation: Allocation) -> None:
+    """Write an allocation interval as it was (for imports, and for tests that build a
+    timeline by hand); intervals of live work are written by the placements themselves."""
+    with store._write() as session:
+        session.add(
+            AllocationRow(
+                placement_id=None,
+                workload=allocation.workload,
+                task=allocation.task,
+                project=allocation.project,
+                departments=list(allocation.departments),
+                user=allocation.user,
+                priority=allocation.priority,
+                node=allocation.node,
+                devices=list(allocation.devices),
+                gpu=allocation.gpu,
+                start=allocation.start,
+                end=allocation.end,
+            )
+        )
+
+
+def allocations(store: Store, since: float, until: float) -> list[Allocation]:
+    """Every interval that overlaps [since, until), oldest first."""
+    with store._read() as session:
+        return _allocations(session, since, until)
+
+
+def _allocations(session: Session, since: float, until: float) -> list[Allocation]:
+    rows = session.scalars(
+        select(AllocationRow)
+        .where(
+            AllocationRow.start < until,
+            or_(AllocationRow.end.is_(None), AllocationRow.end > since),
+        )
+        .order_by(AllocationRow.start, AllocationRow.id)
+    ).all()
+    return [_allocation(row) for row in rows]
+
+
+def open_allocations(store: Store) -> list[Allocation]:
+    """The intervals still open: what every bound task holds now."""
+    with store._read() as session:
+        rows = session.scalars(
+            select(AllocationRow).where(AllocationRow.end.is_(None)).order_by(AllocationRow.id)
+        ).all()
+        return [_allocation(row) for row in rows]
+
+
+def _owners(
+    session: Session, names: Iterable[str], known: Sequence[Allocation], until: float
+) -> dict[str, Allocation]:
+    """For each workload name, its latest interval that started before `until`: who owns
+    the samples of that workload."""
+    owners: dict[str, Allocation] = {}
+    for allocation in known:
+        owners[allocation.workload] = allocation
+    missing = sorted(set(names) - set(owners))
+    if missing:
+        rows = session.scalars(
+            select(AllocationRow)
+            .where(AllocationRow.workload.in_(missing), AllocationRow.start < until)
+            .order_by(AllocationRow.start, AllocationRow.id)
+        ).all()
+        for row in rows:
+            owners[row.workload] = _allocation(row)
+    return owners
+
+
+# -- GPU-hours ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    key: str
+    gpu_hours_allocated: float
+    gpu_hours_used: float
+    gpu_hours_idle: float
+
+
+def usage(
+    store: Store, since: float, until: float, by: UsageKey, now: float | None = None
+) -> list[UsageRow]:
+    """GPU-hours allocated, used and idle in [since, until), by workload, project,
+    department (every ancestor queue of the project) or user; largest allocation first.
+    A project outside any department has no department row."""
+    if by not in USAGE_KEYS:
+        raise ValueError(f"by must be one of {', '.join(USAGE_KEYS)}, not {by!r}")
+    now = time.time() if now is None else now
+    with store._read() as session:
+        held = _allocations(session, since, until)
+        allocated: dict[str, float] = defaultdict(float)
+        for allocation in held:
+            seconds = allocation.seconds_within(since, until, now)
+            for key in allocation.keys(by):
+                allocated[key] += allocation.gpu * seconds
+        per_workload = {
+            workload: amounts
+            for (_, workload), amounts in gpu_seconds(session, since, until).items()
+        }
+        owners = _owners(session, per_workload, held, until)
+    used: dict[str, GpuSeconds] = defaultdict(GpuSeconds)
+    for workload, amounts in per_workload.items():
+        owner = owners.get(workload)
+        if owner is None:
+            continue
+        for key in owner.keys(by):
+            used[key].used += amounts.used
+            used[key].idle += amounts.idle
+    rows = [
+        UsageRow(
+            key,
+            _hours(allocated.get(key, 0.0)),
+            _hours(used[key].used if key in used else 0.0),
+            _hours(used[key].idle if key in used else 0.0),
+        )
+        for key in set(allocated) | set(used)
+    ]
+    return sorted(rows, key=lambda row: (-row.gpu_hours_allocated, row.key))
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600.0, 6)
+
+
+# -- series ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesPoint:
+    """GPUs allocated and used on average over [time, time + step)."""
+
+    time: float
+    allocated: float
+    used: float
+
+
+def series(
+    store: Store,
+    since: float,
+    until: float,
+    step: float,
+    *,
+    by: UsageKey | None = None,
+    now: float | None = None,
+) -> dict[str | None, list[SeriesPoint]]:
+    """Average GPUs allocated and used per step-long bucket of [since, until): for the whole
+    cluster (key None) or by project, department, user or workload."""
+    now = time.time() if now is None else now
+    buckets = max(1, int(-(-(until - since) // step)))
+    starts = [since + i * step for i in range(buckets)]
+    allocated: dict[str | None, list[float]] = defaultdict(lambda: [0.0] * buckets)
+    used: dict[str | None, list[float]] = defaultdict(lambda: [0.0] * buckets)
+    with store._read() as session:
+        held = _allocations(session, since, until)
+        for allocation in held:
+            keys: tuple[str | None, ...] = (None,) if by is None else allocation.keys(by)
+            end = min(allocation.end if allocation.end is not None else now, until)
+            first = max(0, int((max(allocation.start, since) - since) // step))
+            for index in range(first, buckets):
+                begin = starts[index]
+                if begin >= end:
+                    break
+                overlap = min(end, begin + step) - max(allocation.start, begin)
+                if overlap > 0:
+                    for key in keys:
+                        allocated[key][index] += allocation.gpu * overlap / step
+        seconds = gpu_seconds(session, since, until, step=step, fine=step < 60)
+        owners = _owners(session, {workload for _, workload in seconds}, held, until) if by else {}
+    for (bucket, workload), amounts in seconds.items():
+        assert bucket is not None
+        index = min(round((bucket - since) / step), buckets - 1)
+        if by is None:
+            used[None][index] += amounts.used / step
+            continue
+        owner = owners.get(workload)
+        for key in owner.keys(by) if owner else ():
+            used[key][index] += amounts.used / step
+    result: dict[str | None, list[SeriesPoint]] = {}
+    for key in sorted(set(allocated) | set(used) | ({None} if by is None else set()), key=str):
+        result[key] = [
+            SeriesPoint(starts[i], round(allocated[key][i], 6), round(used[key][i], 6))
+            for i in range(buckets)
+        ]
+    return result
+
+
+def workload_counts(store: Store) -> dict[str, int]:
+    """How many workloads there are of each status (every status listed, 0 included)."""
+    with store._read() as session:
+        found = dict(
+            session.execute(
+                select(WorkloadRow.status, func.count()).group_by(WorkloadRow.status)
+            ).all()
+        )
+    return {status: int(found.get(status, 0)) for status in STATUSES}

@@ -1,0 +1,324 @@
+"""A real `corral up` process (server + in-process agent) for the agent tests, and the
+helpers that find and kill every task process it started.
+
+Task processes run in their own sessions, so killing the server does not kill them. They
+are found by the data directory: the launcher's command line names its exit file under
+DATA_DIR/run, and every task's environment names DATA_DIR/checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+CORRAL = str(Path(sys.executable).with_name("corral"))
+PYTHON = sys.executable
+TERMINAL = ("succeeded", "failed")
+
+# A task's command: print which other tasks' processes of the same data directory
+# (launchers included) are alive on its own devices as it starts, then sleep argv[1] s.
+DEVICE_CHECK = """
+import os, sys, time
+mine = set(os.environ["CUDA_VISIBLE_DEVICES"].split(","))
+root = os.path.dirname(os.environ["CORRAL_CHECKPOINT_DIR"]) + "/"
+me = os.environ["CORRAL_WORKLOAD"]
+others = []
+for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+        continue
+    try:
+        stat = open(f"/proc/{entry}/stat").read()
+        raw = open(f"/proc/{entry}/environ", "rb").read().decode(errors="replace")
+    except OSError:
+        continue
+    if stat[stat.rindex(")") + 2] == "Z":
+        continue
+    env = dict(item.split("=", 1) for item in raw.split("\\0") if "=" in item)
+    if not env.get("CORRAL_CHECKPOINT_DIR", "").startswith(root):
+        continue
+    devices = set(env.get("CUDA_VISIBLE_DEVICES", "").split(","))
+    if env.get("CORRAL_WORKLOAD") != me and devices & mine:
+        others.append((int(entry), env["CORRAL_WORKLOAD"]))
+print("others on my devices:", others, flush=True)
+time.sleep(float(sys.argv[1]))
+print("check done", flush=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll `check` until it returns something truthy; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state of a process (R, S, Z...), or None when there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()[0]
+
+
+def running(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    state = proc_state(pid)
+    return state is not None and state != "Z"
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def processes_of(data_dir: Path) -> list[int]:
+    """Live (non-zombie) processes whose command line or environment names `data_dir`."""
+    marker = (str(data_dir).rstrip("/") + "/").encode()
+    found = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        named = marker in _read(f"/proc/{pid}/cmdline") or marker in _read(f"/proc/{pid}/environ")
+        if named and running(pid):
+            found.append(pid)
+    return found
+
+
+def kill_everything_of(data_dir: Path) -> list[int]:
+    """SIGKILL every process group that holds a live process of `data_dir` (a launcher
+    leads its task's group). Returns the processes that were found, for reporting."""
+    mine = os.getpgrp()
+    left = processes_of(data_dir)
+    groups = set()
+    for pid in left:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(pid))
+    for group in groups - {mine, 0, 1}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not processes_of(data_dir), 15, "task processes to die")
+    return left
+
+
+TASK_PID = re.compile(r"task (\d+) pid (\d+)")
+
+
+@dataclass
+class CorralUp:
+    """`corral up --virtual-gpus N` on its own port and data directory."""
+
+    data_dir: Path
+    gpus: int
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    token: str = ""
+    node: str = ""
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.data_dir / f"corral-up-{self.port}.log"
+
+    def start(self) -> CorralUp:
+        """Start (or restart, on the same data directory and port) and wait for /healthz."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            CORRAL,
+            "up",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--virtual-gpus",
+            str(self.gpus),
+        ]
+        with open(self.log, "ab") as handle:
+            # Its own process group, so that teardown can kill it and nothing else.
+            self.process = subprocess.Popen(
+                args, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.starts += 1
+        process = self.process
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"corral up exited: {self.log.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"corral up did not start: {self.log.read_text()}")
+            time.sleep(0.1)
+        self.token = (self.data_dir / "admin-token").read_text().strip()
+        nodes = self.get("/nodes")
+        assert len(nodes) == 1, nodes
+        self.node = nodes[0]["name"]
+        return self
+
+    def kill9(self) -> None:
+        """kill -9 the server (its task processes live on, in their own sessions)."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def close(self) -> list[int]:
+        """Kill the server and every task process it left; returns the processes left."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        return kill_everything_of(self.data_dir)
+
+    # -- the API ---------------------------------------------------------------------------
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=f"{self.url}/api/v1",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30,
+        )
+
+    def get(self, path: str, **params: Any) -> Any:
+        with self.client() as client:
+            response = client.get(path, params=params)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        with self.client() as client:
+            response = client.post(path, json=body)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def queue(self, name: str, deserved: float, **more: Any) -> Any:
+        return self.post("/queues", {"name": name, "deserved": deserved, **more})
+
+    def submit(
+        self,
+        name: str,
+        project: str,
+        command: list[str],
+        gpu: float = 0,
+        replicas: int = 1,
+        **more: Any,
+    ) -> Any:
+        body = {
+            "name": name,
+            "project": project,
+            "tasks": [{"replicas": replicas, "gpu": gpu}],
+            "command": command,
+            **more,
+        }
+        return self.post("/workloads", body)
+
+    def workload(self, name: str) -> Any:
+        return self.get(f"/workloads/{name}")
+
+    def events(self, name: str, kind: str | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.get(f"/workloads/{name}/events")
+        return [e for e in found if kind is None or e["kind"] == kind]
+
+    def logs(self, name: str, task: int = 0, **params: Any) -> Any:
+        return self.get(f"/workloads/{name}/logs", task=task, **params)
+
+    def log_text(self, name: str, task: int = 0) -> str:
+        text: str = self.logs(name, task)["text"]
+        return text
+
+    def started_pids(self, name: str) -> list[tuple[int, int]]:
+        """(task, launcher pid) of every task-started event, in order."""
+        pairs = []
+        for event in self.events(name, "task-started"):
+            match = TASK_PID.search(event["reason"])
+            assert match, event
+            pairs.append((int(match.group(1)), int(match.group(2))))
+        return pairs
+
+    def wait_status(self, name: str, *statuses: str, timeout: float = 30) -> Any:
+        wanted = statuses or TERMINAL
+        last: dict[str, Any] = {}
+
+        def reached() -> Any:
+            nonlocal last
+            last = self.workload(name)
+            return last if last["status"] in wanted else None
+
+        try:
+            return wait_until(reached, timeout, f"{name} to be {'/'.join(wanted)}", 0.2)
+        except AssertionError as error:
+            raise AssertionError(
+                f"{error}; it is {last.get('status')} ({last.get('reason')}); "
+                f"events: {self.events(name)}"
+            ) from None
+
+    def wait_log(self, name: str, text: str, task: int = 0, timeout: float = 30) -> str:
+        return str(
+            wait_until(
+                lambda: log if text in (log := self.log_text(name, task)) else None,
+                timeout,
+                f"{text!r} in the log of {name} task {task}",
+                0.2,
+            )
+        )
+
+
+@dataclass
+class Servers:
+    """Every `corral up` a test started, so that all are torn down."""
+
+    root: Path
+    started: list[CorralUp] = field(default_factory=list)
+
+    def __call__(self, gpus: int, queues: dict[str, float] | None = None) -> CorralUp:
+        server = CorralUp(self.root / f"corral-{len(self.started)}", gpus)
+        self.started.append(server)
+        server.start()
+        for name, deserved in (queues or {}).items():
+            server.queue(name, deserved)
+        return server
+
+    def close(self) -> list[int]:
+        left = []
+        for server in self.started:
+            left.extend(server.close())
+        return left

@@ -1,0 +1,237 @@
+"""corral.agent.process on real processes: identity by pid and start time, the launcher,
+exit codes, signals to the whole group, adoption."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from livecorral import proc_state, wait_until
+
+from corral.agent.process import TaskProcess, alive, process_start
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[TaskProcess]]:
+    """TaskProcesses a test started; their groups are killed and reaped afterwards."""
+    processes: list[TaskProcess] = []
+    yield processes
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if process.popen is not None:
+            process.popen.wait(timeout=10)
+
+
+def spawn(
+    tmp_path: Path,
+    spawned: list[TaskProcess],
+    command: list[str],
+    env: dict[str, str] | None = None,
+    workdir: str | None = None,
+) -> TaskProcess:
+    process = TaskProcess.spawn(
+        command,
+        {**os.environ, **(env or {})},
+        workdir,
+        tmp_path / "logs" / "task-0.log",
+        tmp_path / "run" / "task-0.exit",
+    )
+    spawned.append(process)
+    return process
+
+
+def wait_exit(process: TaskProcess, timeout: float = 20) -> int:
+    # A tuple, so that exit code 0 counts as an answer.
+    [code] = wait_until(
+        lambda: None if (c := process.exit_code()) is None else (c,),
+        timeout,
+        f"{process.pid} to end",
+        0.05,
+    )
+    return int(code)
+
+
+def wait_log(tmp_path: Path, text: str) -> None:
+    log = tmp_path / "logs" / "task-0.log"
+    wait_until(lambda: log.exists() and text in log.read_text(), 20, repr(text), 0.05)
+
+
+# -- process_start and alive --------------------------------------------------------------
+
+
+def test_process_start_and_alive_follow_a_real_child() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        started = process_start(child.pid)
+        assert isinstance(started, int) and started > 0
+        assert process_start(child.pid) == started  # stable
+        assert alive(child.pid, started)
+        # The same pid with another start time is another process (a reused pid).
+        assert not alive(child.pid, started + 1)
+        assert process_start(os.getpid()) is not None
+        assert process_start(os.getpid()) <= started  # type: ignore[operator]
+        child.kill()
+        # Dead but not yet reaped: a zombie is not alive.
+        wait_until(lambda: proc_state(child.pid) == "Z", 10, "the child to be a zombie")
+        assert process_start(child.pid) == started
+        assert not alive(child.pid, started)
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert process_start(child.pid) is None
+    assert not alive(child.pid, started)
+
+
+def test_process_start_reads_past_a_command_name_with_spaces_and_parentheses(
+    tmp_path: Path,
+) -> None:
+    odd = tmp_path / "a) b (c"
+    odd.symlink_to("/bin/sleep")
+    before = subprocess.Popen(["sleep", "30"])
+    strange = subprocess.Popen([str(odd), "30"])
+    after = subprocess.Popen(["sleep", "30"])
+    try:
+        assert Path(f"/proc/{strange.pid}/stat").read_text().split(" (", 1)[1].startswith("a) b")
+        first, middle, last = (process_start(p.pid) for p in (before, strange, after))
+        assert first is not None and middle is not None and last is not None
+        assert first <= middle <= last
+        assert alive(strange.pid, middle)
+    finally:
+        for child in (before, strange, after):
+            child.kill()
+            child.wait(timeout=10)
+
+
+# -- TaskProcess ---------------------------------------------------------------------------
+
+
+def test_spawn_runs_the_command_in_its_own_group_and_records_its_exit_code(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    go = tmp_path / "go"
+    script = 'echo "hello $GREETING from $(pwd)"; echo oops >&2; '
+    script += "until [ -e go ]; do sleep 0.05; done; exit 7"
+    process = spawn(tmp_path, spawned, ["sh", "-c", script], {"GREETING": "corral"}, str(tmp_path))
+    wait_log(tmp_path, "oops")
+    assert process.exit_code() is None
+    assert process.proc_start == process_start(process.pid)
+    assert alive(process.pid, process.proc_start)
+    assert os.getpgid(process.pid) == process.pid != os.getpgrp()
+    go.touch()
+    assert wait_exit(process) == 7
+    assert (tmp_path / "run" / "task-0.exit").read_text().strip() == "7"
+    assert (tmp_path / "logs" / "task-0.log").read_text() == f"hello corral from {tmp_path}\noops\n"
+    assert process.exit_code() == 7  # asking again gives the same answer
+
+
+def test_a_new_run_appends_to_the_log_and_forgets_the_old_exit_code(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    assert wait_exit(spawn(tmp_path, spawned, ["sh", "-c", "echo first; exit 3"])) == 3
+    second = spawn(tmp_path, spawned, ["sh", "-c", "sleep 0.5; echo second"])
+    assert second.exit_code() is None  # the previous run's exit file is not this run's end
+    assert wait_exit(second) == 0
+    assert (tmp_path / "logs" / "task-0.log").read_text() == "first\nsecond\n"
+
+
+def test_the_task_is_a_process_group_apart_from_ours(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    process = spawn(tmp_path, spawned, ["sh", "-c", "echo group $(ps -o pgid= $$); sleep 30"])
+    wait_log(tmp_path, "group")
+    assert os.getpgid(process.pid) == process.pid != os.getpgrp()
+    text = (tmp_path / "logs" / "task-0.log").read_text()
+    assert text.split()[1] == str(process.pid)  # the command is in the launcher's group
+    assert process.exit_code() is None
+
+
+def test_a_command_that_exits_0(tmp_path: Path, spawned: list[TaskProcess]) -> None:
+    assert wait_exit(spawn(tmp_path, spawned, ["true"])) == 0
+
+
+def test_a_missing_executable_reports_127_and_says_why(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    process = spawn(tmp_path, spawned, ["corral-test-no-such-program"])
+    assert wait_exit(process) == 127
+    log = (tmp_path / "logs" / "task-0.log").read_text()
+    assert "cannot start 'corral-test-no-such-program'" in log
+
+
+def test_a_missing_workdir_raises(tmp_path: Path, spawned: list[TaskProcess]) -> None:
+    with pytest.raises(OSError):
+        spawn(tmp_path, spawned, ["true"], workdir=str(tmp_path / "nowhere"))
+
+
+def test_the_command_killed_by_sigkill_reports_137(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    process = spawn(tmp_path, spawned, ["sh", "-c", "echo pid $$; sleep 30"])
+    wait_log(tmp_path, "pid ")
+    command = int((tmp_path / "logs" / "task-0.log").read_text().split()[1])
+    assert command != process.pid
+    os.kill(command, signal.SIGKILL)
+    assert wait_exit(process) == 137
+    assert (tmp_path / "run" / "task-0.exit").read_text().strip() == "137"
+
+
+def test_the_whole_group_killed_by_sigkill_reports_137(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    process = spawn(tmp_path, spawned, ["sh", "-c", "echo pid $$; sleep 30"])
+    wait_log(tmp_path, "pid ")
+    process.signal(signal.SIGKILL)
+    # The launcher died too and recorded nothing; that still reads as SIGKILL.
+    assert wait_exit(process) == 137
+    assert not (tmp_path / "run" / "task-0.exit").exists()
+    process.signal(signal.SIGKILL)  # a group that is gone already is fine
+
+
+def test_sigterm_handled_by_a_trap_exits_with_its_own_code(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    script = 'trap "echo caught TERM; exit 42" TERM; echo ready; while :; do sleep 0.1; done'
+    process = spawn(tmp_path, spawned, ["sh", "-c", script])
+    wait_log(tmp_path, "ready")
+    process.signal(signal.SIGTERM)
+    assert wait_exit(process) == 42
+    assert "caught TERM" in (tmp_path / "logs" / "task-0.log").read_text()
+
+
+def test_sigterm_without_a_handler_reports_143(tmp_path: Path, spawned: list[TaskProcess]) -> None:
+    process = spawn(
+        tmp_path,
+        spawned,
+        [sys.executable, "-c", "print('up', flush=True)\nimport time; time.sleep(30)"],
+    )
+    wait_log(tmp_path, "up")
+    process.signal(signal.SIGTERM)
+    # The launcher ignores SIGTERM and outlives its command to record how it ended.
+    assert wait_exit(process) == 143
+
+
+def test_an_adopted_task_is_watched_through_its_exit_file(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    """After a restart the task is not the agent's child: its end is read from the file."""
+    go = tmp_path / "go"
+    script = "echo waiting; until [ -e go ]; do sleep 0.05; done; exit 5"
+    process = spawn(tmp_path, spawned, ["sh", "-c", script], workdir=str(tmp_path))
+    wait_log(tmp_path, "waiting")
+    adopted = TaskProcess.adopt(process.pid, process.proc_start, process.exit_file)
+    assert adopted.popen is None and adopted.exit_code() is None
+    # A wrong start time means the pid now belongs to someone else: the task is gone, and
+    # with no exit file nobody recorded how, which reads as SIGKILL.
+    stranger = TaskProcess.adopt(process.pid, process.proc_start + 1, tmp_path / "none.exit")
+    assert stranger.exit_code() == 137
+    go.touch()
+    # The launcher stays a zombie until its parent (this test) reaps it; it is not alive.
+    assert wait_exit(adopted) == 5
+    assert wait_exit(process) == 5

@@ -268,6 +268,10 @@ class Cycle:
                 return False
             state.bind(ws, placement)
             placed.append(placement)
+        if not self._within_quota(ws):
+            # Memory-sized fractions may have taken more of a device than estimated.
+            state.rollback(mark)
+            return False
         replaced: dict[str, list[Placement]] = {}
         for mover in moved:
             result = self.placer.place(mover, sorted(mover.original))
@@ -470,12 +474,39 @@ class Cycle:
     def _keep_needed(self, victims: list[tuple[Unit, list[Placement]]]) -> None:
         """Put back victims whose devices the preemptor did not need after all."""
         state = self.state
+        # Workloads whose minimum gang stays evicted: their extra tasks go with it.
+        gone_whole: set[str] = set()
         for index in range(len(victims) - 1, -1, -1):
             unit, taken = victims[index]
-            if all(self._room_for(unit[0], placement) for placement in taken):
-                for placement in taken:
-                    state.bind(unit[0], placement)
-                victims[index] = (unit, [])
+            victim, tasks = unit
+            if tasks is not None and victim.name in gone_whole:
+                continue
+            mark = state.checkpoint()
+            for placement in taken:
+                # One at a time: a victim's tasks may share a device or a node's CPUs.
+                if not self._room_for(victim, placement):
+                    break
+                state.bind(victim, placement)
+            else:
+                if self._within_quota(victim):
+                    victims[index] = (unit, [])
+                    continue
+            state.rollback(mark)
+            if tasks is None:
+                gone_whole.add(victim.name)
+
+    @staticmethod
+    def _within_quota(ws: WorkloadState) -> bool:
+        """The workload's queues, as they stand now, keep their limits, and non-preemptible
+        work its deserved quotas."""
+        for queue in ws.queue.path:
+            if not amounts_fit(queue.alloc, (0.0, 0.0, 0.0), queue.limit):
+                return False
+            if not ws.preemptible and not amounts_fit(
+                queue.np_alloc, (0.0, 0.0, 0.0), queue.deserved
+            ):
+                return False
+        return True
 
     def _room_for(self, ws: WorkloadState, placement: Placement) -> bool:
         node = self.state.by_name[placement.node]

@@ -88,6 +88,16 @@ class Placer:
             selector = selector_text(workload.workload.node_selector)
             return Failure(0, f"no schedulable node matches node selector {selector}")
         topology = workload.workload.topology
+        anchor = next((p for t, p in workload.running.items() if t not in tasks), None)
+        if topology is not None and anchor is not None:
+            # A workload that already runs grows within the domain it runs in.
+            value = self.state.by_name[anchor.node].node.label(topology.key)
+            domain = self._group_by_label(topology.key, allowed).get(value or "", frozenset())
+            result = self._place_all(workload, tasks, domain)
+            if not isinstance(result, int):
+                return result
+            if topology.required:
+                return Failure(result, f"no room to grow within its {topology.key} {value}")
         if topology is None:
             result = self._place_all(workload, tasks, allowed)
             if isinstance(result, int):

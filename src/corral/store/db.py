@@ -99,6 +99,8 @@ class Store:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._write_lock = threading.RLock()
+        # Counts committed changes that scheduling depends on (see `_write`).
+        self.generation = 0
         self.migrate()
 
     def migrate(self) -> None:
@@ -119,9 +121,15 @@ class Store:
             yield
 
     @contextmanager
-    def _write(self) -> Iterator[Session]:
-        with self._write_lock, self._sessions.begin() as session:
-            yield session
+    def _write(self, relevant: bool = True) -> Iterator[Session]:
+        """One transaction under the write lock. A `relevant` change (the default) is one
+        that can make a scheduling cycle computed before it wrong: it bumps `generation`
+        once committed."""
+        with self._write_lock:
+            with self._sessions.begin() as session:
+                yield session
+            if relevant:
+                self.generation += 1
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
@@ -279,7 +287,9 @@ class Store:
     # -- workloads -----------------------------------------------------------------------
 
     def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
-        with self._write() as session:
+        # A new pending workload is not in a cycle's snapshot and changes nothing it
+        # decided: submissions do not invalidate a cycle in progress.
+        with self._write(relevant=False) as session:
             if session.scalar(select(WorkloadRow.id).where(WorkloadRow.name == spec.name)):
                 raise Conflict(f"workload {spec.name!r} already exists")
             queue = _queue_row(session, spec.project, field="project")
@@ -405,28 +415,86 @@ class Store:
         with self._read() as session:
             queues = session.scalars(select(QueueRow).order_by(QueueRow.id)).all()
             names = {row.id: row.name for row in queues}
-            nodes = session.scalars(select(NodeRow).order_by(NodeRow.name)).all()
-            node_names = {row.id: row.name for row in nodes}
-            rows = session.scalars(
-                select(WorkloadRow)
-                .where(WorkloadRow.status.in_(ACTIVE))
-                .options(
-                    selectinload(WorkloadRow.task_groups), selectinload(WorkloadRow.placements)
-                )
-                .order_by(WorkloadRow.id)
+            nodes = session.scalars(
+                select(NodeRow).options(selectinload(NodeRow.devices)).order_by(NodeRow.name)
             ).all()
+            node_names = {row.id: row.name for row in nodes}
+            # Plain rows, not ORM objects, and only the columns the engine reads: this runs
+            # every cycle over every active workload.
+            active = WorkloadRow.status.in_(ACTIVE)
+            groups: dict[int, list[TaskGroup]] = {}
+            for g in session.execute(
+                select(
+                    TaskGroupRow.workload_id,
+                    TaskGroupRow.name,
+                    TaskGroupRow.replicas,
+                    TaskGroupRow.gpu,
+                    TaskGroupRow.gpu_memory,
+                    TaskGroupRow.cpu,
+                    TaskGroupRow.memory,
+                )
+                .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
+                .where(active)
+                .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
+            ):
+                groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
+            placed: dict[int, list[Placement]] = {}
+            for p in session.execute(
+                select(
+                    PlacementRow.workload_id,
+                    PlacementRow.task,
+                    PlacementRow.node_id,
+                    PlacementRow.devices,
+                    PlacementRow.gpu,
+                )
+                .join(WorkloadRow, PlacementRow.workload_id == WorkloadRow.id)
+                .where(active)
+                .order_by(PlacementRow.workload_id, PlacementRow.task)
+            ):
+                placed.setdefault(p[0], []).append(
+                    Placement(p[1], node_names[p[2]], tuple(p[3]), p[4])
+                )
             # Victims whose GPUs sat idle are preferred among otherwise equal ones.
             idle = idle_workloads(session, time.time(), IDLE_WINDOW)
+            workloads = []
+            for w in session.execute(
+                select(
+                    WorkloadRow.id,
+                    WorkloadRow.name,
+                    WorkloadRow.queue_id,
+                    WorkloadRow.priority,
+                    WorkloadRow.preemptible,
+                    WorkloadRow.min_available,
+                    WorkloadRow.node_selector,
+                    WorkloadRow.topology_key,
+                    WorkloadRow.topology_required,
+                )
+                .where(active)
+                .order_by(WorkloadRow.id)
+            ):
+                workloads.append(
+                    Workload(
+                        name=w.name,
+                        queue=names[w.queue_id],
+                        task_groups=tuple(groups.get(w.id, ())),
+                        priority=w.priority,
+                        preemptible=w.preemptible,
+                        min_available=w.min_available,
+                        node_selector={k: tuple(v) for k, v in w.node_selector.items()},
+                        topology=(
+                            Topology(w.topology_key, w.topology_required)
+                            if w.topology_key
+                            else None
+                        ),
+                        submitted=float(w.id),
+                        placements=tuple(placed.get(w.id, ())),
+                        idle=w.name in idle,
+                    )
+                )
             return Snapshot(
                 nodes=tuple(_node_model(row) for row in nodes),
                 queues=tuple(_queue_from_row(row, names) for row in queues),
-                workloads=tuple(
-                    replace(
-                        _workload_model(row, names[row.queue_id], node_names),
-                        idle=row.name in idle,
-                    )
-                    for row in rows
-                ),
+                workloads=tuple(workloads),
             )
 
     def apply(self, decisions: Decisions) -> list[Release]:
@@ -534,7 +602,7 @@ class Store:
 
     def task_started(self, workload: str, task: int, pid: int, proc_start: int) -> bool:
         """Record a task's process; False when the task is no longer bound (stop it)."""
-        with self._write() as session:
+        with self._write(relevant=False) as session:
             placement = _placement(session, workload, task)
             if placement is None:
                 return False
@@ -614,14 +682,18 @@ class Store:
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive; an unavailable node becomes ready again."""
-        with self._write() as session:
+        revived = False
+        with self._write(relevant=False) as session:
             row = session.scalar(select(NodeRow).where(NodeRow.name == node))
             if row is None:
                 return
             row.heartbeat_at = time.time()
             if row.state != "ready":
                 row.state = "ready"
+                revived = True
                 _event(session, "node-ready", "agent", "heartbeat resumed", node=node)
+        if revived:
+            self.generation += 1
 
     def expire_nodes(self, timeout: float) -> list[str]:
         """Mark nodes whose agent has not been heard from for `timeout` seconds unavailable,
@@ -993,24 +1065,5 @@ def _workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
         finished_at=row.finished_at,
         placements=tuple(
             Placement(p.task, p.node.name, tuple(p.devices), p.gpu) for p in row.placements
-        ),
-    )
-
-
-def _workload_model(row: WorkloadRow, project: str, node_names: dict[int, str]) -> Workload:
-    spec = _spec(row, project)
-    return Workload(
-        name=row.name,
-        queue=project,
-        task_groups=spec.task_groups,
-        priority=row.priority,
-        preemptible=row.preemptible,
-        min_available=row.min_available,
-        node_selector=spec.node_selector,
-        topology=spec.topology,
-        submitted=float(row.id),
-        placements=tuple(
-            Placement(p.task, node_names[p.node_id], tuple(p.devices), p.gpu)
-            for p in row.placements
         ),
     )

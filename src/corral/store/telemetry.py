@@ -69,7 +69,7 @@ def record_samples(store: Store, samples: Iterable[Sample]) -> int:
     rows = [_raw_values(sample) for sample in samples]
     if not rows:
         return 0
-    with store._write() as session:
+    with store._write(relevant=False) as session:
         session.execute(insert(TelemetryRawRow), rows)
     return len(rows)
 
@@ -149,7 +149,7 @@ def rollup(
     into hour rows, then delete raw samples older than `raw_retention` and minutes older
     than `minute_retention` (hours too, older than `hour_retention`, when given). Nothing is
     deleted before it was rolled up. One transaction; safe to call at any interval."""
-    with store._write() as session:
+    with store._write(relevant=False) as session:
         marks = watermarks(session)
         end = floor_to(now - lag, MINUTE)
         rolled = session.get(TelemetryStateRow, RAW_ROLLED)

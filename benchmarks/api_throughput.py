@@ -1,0 +1,336 @@
+"""API throughput: submissions per second through the REST API, and submit-to-bound latency.
+
+    python benchmarks/api_throughput.py [--json] [--backend sqlite|postgresql|both]
+                                        [--count N] [--samples M] [--clients C]
+
+For each backend the script starts its own `corral server` process (a temporary data
+directory; for PostgreSQL a database on a server started with pgserver), creates a project
+and registers enough virtual 8-GPU nodes for every workload to bind, then measures:
+
+1. Submit-to-bound latency on an idle cluster: M single-GPU workloads, one at a time. Each
+   is submitted and then polled (GET every 2 ms) until it is running. Two figures: wall
+   clock, from sending the POST to the first GET that sees it running (an upper bound by
+   the polling interval); and the store's own, started_at - created_at.
+2. Submissions per second from 1 client: N single-GPU workloads back to back, each POST
+   waiting for its answer; then the time until all N are bound.
+3. Submissions per second from C concurrent clients (16 by default), each a thread with
+   its own connection, N workloads in all; then the time until all are bound.
+
+Targets: at least 500 submissions/s sustained (Slurm documents 500 simple batch jobs per
+second), and a submit-to-bound p50 under 50 ms. The clients run on the same machine as the
+server and take CPU from it, so the figures are a lower bound for the server alone.
+
+With --json the last line is one JSON object, per backend: `submits_per_second_1`,
+`submits_per_second_concurrent`, `bound_per_second_1`, `bound_per_second_concurrent`,
+`latency_p50_ms`, `latency_p99_ms`, `store_latency_p50_ms`, `store_latency_p99_ms`,
+`cycle_seconds` (the last scheduling cycle, with every workload in the store), `nodes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+SLURM_SUBMITS_PER_SECOND = 500.0
+LATENCY_TARGET_MS = 50.0
+GPUS_PER_NODE = 8
+POLL = 0.005
+CORRAL = str(Path(sys.executable).with_name("corral"))
+
+
+@dataclass
+class Server:
+    url: str
+    token: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=f"{self.url}/api/v1",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=60,
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def postgres_url() -> Iterator[str]:
+    """A fresh database on a PostgreSQL server started by pgserver for this run."""
+    import pgserver
+
+    root = tempfile.mkdtemp(prefix="corral-bench-pg-")
+    server = pgserver.get_server(root, cleanup_mode="stop")
+    try:
+        server.psql("CREATE DATABASE corral_bench;")
+        yield server.get_uri().replace("/postgres?", "/corral_bench?")
+    finally:
+        server.cleanup()
+
+
+@contextmanager
+def corral_server(db: str | None) -> Iterator[Server]:
+    """`corral server` on a free port with a temporary data directory."""
+    with tempfile.TemporaryDirectory(prefix="corral-bench-") as directory:
+        data_dir = Path(directory)
+        port = free_port()
+        log = data_dir / "server.log"
+        args = [CORRAL, "server", "--data-dir", str(data_dir), "--port", str(port)]
+        if db:
+            args += ["--db", db]
+        with open(log, "wb") as handle:
+            process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"corral server exited:\n{log.read_text()}")
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"corral server did not start:\n{log.read_text()}")
+                time.sleep(0.1)
+            token = (data_dir / "admin-token").read_text().strip()
+            yield Server(url, token, process, log)
+        finally:
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def expect(response: httpx.Response, status: int) -> dict[str, Any]:
+    if response.status_code != status:
+        raise RuntimeError(
+            f"{response.request.method} {response.request.url} -> "
+            f"{response.status_code}: {response.text[:500]}"
+        )
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def prepare(server: Server, workloads: int) -> int:
+    """A project deserving every GPU, and nodes for all the work the run submits. Returns
+    how many nodes."""
+    nodes = math.ceil(workloads / GPUS_PER_NODE) + 1
+    with server.client() as client:
+        expect(client.post("/queues", json={"name": "bench", "deserved": nodes * 8}), 201)
+        for index in range(nodes):
+            body = {"name": f"node-{index}", "gpus": GPUS_PER_NODE, "virtual": True}
+            expect(client.post("/nodes", json=body), 201)
+    return nodes
+
+
+SUBMISSION = {"project": "bench", "tasks": [{"gpu": 1}], "command": ["sleep", "infinity"]}
+_names = itertools.count()
+
+
+def submission() -> dict[str, Any]:
+    """A single-GPU workload. Named by the client: names the server makes up have 24
+    random bits and collide (409) about once in 2,000 submissions per project."""
+    return {**SUBMISSION, "name": f"w-{next(_names)}"}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))
+    return ordered[index]
+
+
+def measure_latency(server: Server, samples: int) -> dict[str, float]:
+    wall: list[float] = []
+    stored: list[float] = []
+    with server.client() as client:
+        for _ in range(samples):
+            sent = time.perf_counter()
+            name = expect(client.post("/workloads", json=submission()), 201)["name"]
+            while True:
+                workload = expect(client.get(f"/workloads/{name}"), 200)
+                if workload["status"] == "running":
+                    wall.append(time.perf_counter() - sent)
+                    stored.append(workload["started_at"] - workload["created_at"])
+                    break
+                if time.perf_counter() - sent > 30:
+                    raise RuntimeError(f"{name} was not bound within 30 s: {workload}")
+                time.sleep(POLL)
+    return {
+        "latency_p50_ms": 1000 * statistics.median(wall),
+        "latency_p99_ms": 1000 * percentile(wall, 0.99),
+        "store_latency_p50_ms": 1000 * statistics.median(stored),
+        "store_latency_p99_ms": 1000 * percentile(stored, 0.99),
+    }
+
+
+def running_count(client: httpx.Client) -> int:
+    count: int = expect(client.get("/cluster"), 200)["workloads"]["running"]
+    return count
+
+
+def submit_burst(server: Server, count: int, clients: int) -> tuple[float, float]:
+    """Submit `count` workloads from `clients` threads. Returns submissions per second and
+    workloads bound per second (from the first submission until all of them run)."""
+    with server.client() as client:
+        before = running_count(client)
+    shares = [count // clients + (1 if i < count % clients else 0) for i in range(clients)]
+    errors: list[str] = []
+    barrier = threading.Barrier(clients + 1)
+
+    def submitter(share: int) -> None:
+        with server.client() as client:
+            barrier.wait()
+            for _ in range(share):
+                response = client.post("/workloads", json=submission())
+                if response.status_code != 201:
+                    errors.append(f"{response.status_code}: {response.text[:300]}")
+                    return
+
+    threads = [threading.Thread(target=submitter, args=(share,)) for share in shares]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    submitted = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"{len(errors)} submissions failed, first: {errors[0]}")
+    with server.client() as client:
+        while running_count(client) < before + count:
+            if time.perf_counter() - start > 600:
+                raise RuntimeError("the submitted work was not bound within 10 minutes")
+            time.sleep(0.25)  # /cluster reads every workload; asking often slows the server
+    bound = time.perf_counter() - start
+    return count / submitted, count / bound
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_backend(backend: str, count: int, samples: int, clients: int) -> dict[str, float]:
+    def measure(db: str | None) -> dict[str, float]:
+        with corral_server(db) as server:
+            started = time.perf_counter()
+            nodes = prepare(server, samples + 2 * count)
+            took = time.perf_counter() - started
+            progress(f"{backend}: {nodes} nodes registered in {took:.1f} s")
+            figures = measure_latency(server, samples)
+            figures["nodes"] = nodes
+            progress(f"{backend}: latency {figures}")
+            one, one_bound = submit_burst(server, count, 1)
+            progress(f"{backend}: 1 client {one:.0f}/s, bound {one_bound:.0f}/s")
+            many, many_bound = submit_burst(server, count, clients)
+            progress(f"{backend}: {clients} clients {many:.0f}/s, bound {many_bound:.0f}/s")
+            with server.client() as client:
+                cycle = expect(client.get("/cluster"), 200)["last_cycle_seconds"]
+            figures.update(
+                submits_per_second_1=one,
+                bound_per_second_1=one_bound,
+                submits_per_second_concurrent=many,
+                bound_per_second_concurrent=many_bound,
+                cycle_seconds=cycle,
+            )
+            return figures
+
+    if backend == "postgresql":
+        with postgres_url() as url:
+            return measure(url)
+    return measure(None)
+
+
+def table(results: dict[str, dict[str, float]], clients: int) -> list[str]:
+    """One line per figure: value, target, and the ratio to the target (>= 1 meets it)."""
+    rate = "{:,.1f}".format
+    ms = "{:.1f} ms".format
+    per_second = SLURM_SUBMITS_PER_SECOND
+    rows: list[tuple[str, str, Callable[[float], str], float | None, bool]] = [
+        ("submissions/s, 1 client", "submits_per_second_1", rate, per_second, True),
+        (f"submissions/s, {clients} clients", "submits_per_second_concurrent", rate,
+         per_second, True),
+        ("submitted+bound/s, 1 client", "bound_per_second_1", rate, per_second, True),
+        (f"submitted+bound/s, {clients} clients", "bound_per_second_concurrent", rate,
+         per_second, True),
+        ("submit-to-bound p50, wall clock", "latency_p50_ms", ms, LATENCY_TARGET_MS, False),
+        ("submit-to-bound p99, wall clock", "latency_p99_ms", ms, None, False),
+        ("submit-to-bound p50, store times", "store_latency_p50_ms", ms, LATENCY_TARGET_MS,
+         False),
+        ("submit-to-bound p99, store times", "store_latency_p99_ms", ms, None, False),
+    ]  # fmt: skip
+    lines = [f"{'backend':<11}{'figure':<36}{'value':>12}{'target':>10}{'ratio':>10}"]
+    for backend, figures in results.items():
+        for label, key, show, target, higher_is_better in rows:
+            value = figures[key]
+            goal = ratio = ""
+            if target is not None:
+                goal = f">= {target:g}" if higher_is_better else f"< {target:g} ms"
+                share = value / target if higher_is_better else target / value
+                ratio = f"{share:.3g}x"
+            lines.append(f"{backend:<11}{label:<36}{show(value):>12}{goal:>10}{ratio:>10}")
+        cycle = f"{1000 * figures['cycle_seconds']:.1f} ms"
+        lines.append(f"{backend:<11}{'last cycle, all work in the store':<36}{cycle:>12}")
+        nodes = f"{figures['nodes']:.0f} x 8 GPUs"
+        lines.append(f"{backend:<11}{'nodes':<36}{nodes:>12}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
+    parser.add_argument("--count", type=int, default=500, help="submissions per burst")
+    parser.add_argument("--samples", type=int, default=100, help="latency samples")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients")
+    args = parser.parse_args()
+
+    backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
+    results = {}
+    for backend in backends:
+        print(f"{backend}: {args.count} submissions per burst, {args.samples} latency samples",
+              file=sys.stderr, flush=True)  # fmt: skip
+        results[backend] = run_backend(backend, args.count, args.samples, args.clients)
+    print(f"machine: {os.cpu_count()} CPUs; clients and server share them")
+    for line in table(results, args.clients):
+        print(line)
+    print("ratio: value / 500 for rates, 50 ms / value for latencies; >= 1x meets the target")
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    backend: {key: round(value, 4) for key, value in figures.items()}
+                    for backend, figures in results.items()
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

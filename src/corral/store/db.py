@@ -517,7 +517,7 @@ class Store:
                 if names
                 else {}
             )
-            node_ids = dict(session.execute(select(NodeRow.name, NodeRow.id)).tuples().all())
+            node_ids = dict(session.execute(select(NodeRow.name, NodeRow.id)).all())
             releases = []
             for eviction in decisions.evictions:
                 row = rows[eviction.workload]
@@ -938,7 +938,7 @@ def _queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
 
 
 def _queue_model(session: Session, row: QueueRow) -> Queue:
-    names = dict(session.execute(select(QueueRow.id, QueueRow.name)).tuples().all())
+    names = dict(session.execute(select(QueueRow.id, QueueRow.name)).all())
     return _queue_from_row(row, names)
 
 

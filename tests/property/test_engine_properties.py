@@ -257,6 +257,36 @@ CONSOLIDATE_MEMORY_FRACTION_OVER_DESERVED = memory_fraction_case(
     Queue(name="p0", deserved=HALF), False
 )
 
+# Consolidation moves "mover" (40GiB of GPU memory, 0.5 of node0's 80GiB device) to
+# node1, whose 40GiB device it takes whole: its queue p1 goes from 0.5 to 1 GPU against
+# a limit of 0.5.
+CONSOLIDATE_MOVES_MEMORY_FRACTION_OVER_LIMIT = Case(
+    Snapshot(
+        nodes=(
+            Node(name="node0", gpus=1, gpu_memory=80 * GIB, gpu_model="A"),
+            Node(name="node1", gpus=1, gpu_memory=40 * GIB, gpu_model="B"),
+        ),
+        queues=(Queue(name="p0"), Queue(name="p1", limit=HALF)),
+        workloads=(
+            Workload(
+                name="mover",
+                queue="p1",
+                task_groups=(TaskGroup(gpu_memory=40 * GIB),),
+                placements=(Placement(0, "node0", (0,), 0.5),),
+            ),
+            Workload(
+                name="pending",
+                queue="p0",
+                task_groups=(TaskGroup(gpu=1.0),),
+                node_selector={"gpu_model": ("A",)},
+                submitted=1.0,
+            ),
+        ),
+    ),
+    SchedulerConfig(),
+    "regression",
+)
+
 RACKS = (
     Node(name="node0", gpus=1, labels={"rack": "r1"}),
     Node(name="node1", gpus=1, labels={"rack": "r2"}),
@@ -307,6 +337,7 @@ def test_no_device_over_committed(case: Case) -> None:
 
 @example(PREEMPT_VICTIM_PUT_BACK_OVER_LIMIT)
 @example(CONSOLIDATE_MEMORY_FRACTION_OVER_LIMIT)
+@example(CONSOLIDATE_MOVES_MEMORY_FRACTION_OVER_LIMIT)
 @CYCLE
 @given(cases())
 def test_no_queue_pushed_over_its_limit(case: Case) -> None:

@@ -1,0 +1,383 @@
+"""When a scheduling cycle cannot change anything, so the simulator may skip it.
+
+A cycle binds or evicts only for pending work. Each action needs some pending workload
+that, if non-preemptible, stays within its queues' deserved quotas, and:
+- any action places a workload that stays within its queues' limits and fits as things
+  are: that needs no more GPUs than are free in the whole cluster;
+- reclaim: stays within its queues' limits and its queue's fair share while another
+  queue is above its own;
+- preempt: has a higher priority than some preemptible work running in its queue (whose
+  eviction frees room under the queue's limit too).
+These are necessary conditions, checked on per-queue totals (the smallest request and
+highest priority pending in each queue), so a skipped cycle is one the engine would have
+run without deciding anything. Fair shares are divided as the engine divides them,
+with its `divide`.
+
+After a cycle that changed nothing, the cluster is settled: until capacity is freed,
+the pending work that was there cannot be placed or preempt (the state it failed on is
+unchanged), so only new arrivals count for those actions. Reclaim is always checked
+against all pending work, since arrivals move fair shares.
+
+`select` says which pending workloads a cycle must see; showing the engine fewer keeps
+a long backlog from costing every cycle. It hides work only where the decisions cannot
+differ (queues all at the top level, CPU and memory unmanaged):
+- a queue whose every pending workload is over its GPU limit, which cannot preempt and
+  is within its fair share (so no reclaim frees room under its limit) shows only its
+  first workload in queue order (priority, then age). The engine tries the others after
+  it, each failing without changing anything, and the first alone keeps the queue's
+  fair-share claim the same (demand at or above the limit);
+- when the cycle only allocates, and either a single queue has pending work or every
+  queue's limit is at most its deserved quota (as under `static`: allotments then equal
+  deserved quotas and the fairness order does not depend on demand), each queue shows
+  its first workloads. A queue's hidden work is tried after all it shows and nothing
+  else changes its allocation, so the decision holds if afterwards the queue cannot fit
+  its smallest pending request under its limit (a lone queue: nor in what is left
+  free). Otherwise the cycle is run again with all pending work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sortedcontainers import SortedList
+
+from corral.engine import Claim, divide
+from corral.model import Node, Queue
+from corral.model.resources import EPSILON
+
+Amounts = tuple[float, float, float]
+# What the gate needs to know of a pending workload: GPUs, priority, preemptible.
+Shape = tuple[float, int, bool]
+# A pending workload's place in its queue: higher priority first, then older, then name.
+Order = tuple[int, float, str]
+
+_Key = TypeVar("_Key")
+
+# Pending workloads shown beyond those that would fill a queue's room, in case some of
+# those do not fit.
+_SPARE = 8
+
+# Slack for rounding, always in the direction of running the cycle.
+_SLACK = 1e-6
+
+
+class _QueueTotals:
+    __slots__ = (
+        "alloc",
+        "children",
+        "deserved",
+        "fresh",
+        "leaf",
+        "limit",
+        "name",
+        "np_alloc",
+        "parent",
+        "path",
+        "pending",
+        "priority",
+        "requested",
+        "running_priorities",
+        "waiting",
+        "weight",
+    )
+
+    def __init__(self, queue: Queue) -> None:
+        self.name = queue.name
+        self.parent = queue.parent
+        self.deserved = (queue.deserved.gpu, queue.deserved.cpu, queue.deserved.memory)
+        self.limit = (queue.limit.gpu, queue.limit.cpu, queue.limit.memory)
+        self.weight = (
+            queue.over_quota_weight.gpu,
+            queue.over_quota_weight.cpu,
+            queue.over_quota_weight.memory,
+        )
+        self.priority = queue.priority
+        self.children: list[_QueueTotals] = []
+        self.path: list[_QueueTotals] = []
+        self.leaf = True
+        self.alloc = [0.0, 0.0, 0.0]
+        self.np_alloc = 0.0
+        self.requested = [0.0, 0.0, 0.0]
+        self.pending: Counter[Shape] = Counter()
+        # Pending work that arrived since the cluster settled.
+        self.fresh: Counter[Shape] = Counter()
+        self.running_priorities: Counter[int] = Counter()
+        # Pending workloads in queue order: (-priority, submitted, name, GPUs).
+        self.waiting = SortedList()
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The pending workloads a cycle must see. `hidden` counts those left out. `checks`
+    lists the queues whose hidden work must be shown not to fit after the cycle, with the
+    smallest GPU request among their pending work; `lone` marks a single queue with
+    pending work, whose hidden work also fails when less is free than it needs."""
+
+    names: tuple[str, ...]
+    hidden: int
+    checks: tuple[tuple[str, float], ...]
+    lone: bool
+
+
+class CycleGate:
+    """Running totals of the cluster's queues, kept by the simulator as work arrives,
+    starts, stops and is evicted; `may_change` says whether a cycle is worth running."""
+
+    def __init__(self, nodes: Sequence[Node], queues: Sequence[Queue], actions: Iterable[str]):
+        self.actions = frozenset(actions)
+        self.queues = {queue.name: _QueueTotals(queue) for queue in queues}
+        self.roots: list[_QueueTotals] = []
+        for totals in self.queues.values():
+            if totals.parent is None:
+                self.roots.append(totals)
+            else:
+                parent = self.queues[totals.parent]
+                parent.children.append(totals)
+                parent.leaf = False
+        for totals in self.queues.values():
+            level: _QueueTotals | None = totals
+            while level is not None:
+                totals.path.append(level)
+                level = self.queues[level.parent] if level.parent else None
+        usable = [node for node in nodes if node.schedulable]
+        self.capacity = [
+            float(sum(node.gpus for node in usable)),
+            float(sum(node.cpu for node in usable)),
+            float(sum(node.memory for node in usable)),
+        ]
+        self.free_gpu = self.capacity[0]
+        # Hiding pending work is exact only for a flat queue tree without CPU or memory quotas.
+        self.trimmable = all(queue.parent is None for queue in queues) and all(
+            math.isinf(amount)
+            for queue in queues
+            for amount in (
+                queue.deserved.cpu,
+                queue.deserved.memory,
+                queue.limit.cpu,
+                queue.limit.memory,
+            )
+        )
+        self.pending_count = 0
+        self.settled = False
+        self.freed = False
+
+    # -- what the simulator reports ---------------------------------------------------
+
+    def arrived(self, queue: str, shape: Shape, request: Amounts, order: Order) -> None:
+        """A workload became pending: it was submitted, or evicted (`fresh` either way)."""
+        totals = self.queues[queue]
+        totals.waiting.add((*order, shape[0]))
+        totals.pending[shape] += 1
+        totals.fresh[shape] += 1
+        self.pending_count += 1
+        self._request(totals, request, 1.0)
+
+    def started(
+        self, queue: str, shape: Shape, request: Amounts, placed: Amounts, order: Order
+    ) -> None:
+        """A pending workload started with `placed` amounts (its request as placed)."""
+        totals = self.queues[queue]
+        totals.waiting.remove((*order, shape[0]))
+        # `fresh` is cleared by the cycle_done that follows every cycle that starts work.
+        _drop(totals.pending, shape)
+        self.pending_count -= 1
+        self._request(totals, request, -1.0)
+        self._run(totals, shape, placed, 1.0)
+
+    def stopped(self, queue: str, shape: Shape, placed: Amounts) -> None:
+        """A running workload ended or was evicted; its capacity is free."""
+        self._run(self.queues[queue], shape, placed, -1.0)
+        self.freed = True
+
+    def cycle_done(self, changed: bool) -> None:
+        """After a cycle: one that changed nothing leaves the cluster settled."""
+        self.settled = not changed
+        self.freed = False
+        for totals in self.queues.values():
+            totals.fresh.clear()
+
+    def _request(self, totals: _QueueTotals, amounts: Amounts, sign: float) -> None:
+        for level in totals.path:
+            for resource in range(3):
+                level.requested[resource] += sign * amounts[resource]
+
+    def _run(self, totals: _QueueTotals, shape: Shape, placed: Amounts, sign: float) -> None:
+        _, priority, preemptible = shape
+        for level in totals.path:
+            for resource in range(3):
+                level.alloc[resource] += sign * placed[resource]
+                level.requested[resource] += sign * placed[resource]
+            if not preemptible:
+                level.np_alloc += sign * placed[0]
+        if preemptible:
+            if sign > 0:
+                totals.running_priorities[priority] += 1
+            else:
+                _drop(totals.running_priorities, priority)
+        self.free_gpu -= sign * placed[0]
+
+    # -- the question ------------------------------------------------------------------
+
+    def may_change(self) -> bool:
+        """False only when no action of a cycle could bind or evict anything."""
+        if self.pending_count == 0:
+            return False
+        # Every action places a workload that fits without evicting anything.
+        places = bool(self.actions)
+        preempts = "preempt" in self.actions
+        only_fresh = self.settled and not self.freed
+        for totals in self.queues.values():
+            if not totals.pending:
+                continue
+            headroom = min(level.limit[0] - level.alloc[0] for level in totals.path)
+            np_headroom = min(level.deserved[0] - level.np_alloc for level in totals.path)
+            lowest_running = min(totals.running_priorities, default=math.inf)
+            for gpus, priority, preemptible in totals.fresh if only_fresh else totals.pending:
+                if not preemptible and gpus > np_headroom + _SLACK:
+                    continue
+                # Preemption evicts work of the same queue, which frees room under its limit.
+                if preempts and priority > lowest_running:
+                    return True
+                if places and gpus <= min(headroom, self.free_gpu) + _SLACK:
+                    return True
+        return "reclaim" in self.actions and self._may_reclaim()
+
+    def select(self, first: int) -> Selection:
+        """The pending workloads the next cycle must see (see the module's description);
+        `first` is the most a queue shows when the decision is checked afterwards."""
+        names: list[str] = []
+        hidden = 0
+        checks: list[tuple[str, float]] = []
+        allocating = self.actions == {"allocate"}
+        lone = allocating and sum(1 for totals in self.queues.values() if totals.waiting) == 1
+        # Allocation alone, and every allotment equal to deserved (no limit above it): the
+        # fairness order does not depend on demand, and a queue's hidden work comes after
+        # all it shows.
+        owned = (
+            allocating
+            and self.trimmable
+            and all(
+                totals.limit[0] <= totals.deserved[0] + _SLACK for totals in self.queues.values()
+            )
+        )
+        shares = self._fair_shares() if self.trimmable and not (lone or owned) else {}
+        for totals in self.queues.values():
+            waiting = totals.waiting
+            if not waiting:
+                continue
+            shown = len(waiting)
+            if lone or owned:
+                shown = self._enough(totals, lone, first)
+                if shown < len(waiting):
+                    checks.append((totals.name, min(gpus for gpus, _, _ in totals.pending)))
+            elif shares and self._blocked(totals, shares[totals.name][0]):
+                shown = 1
+            names.extend(order[2] for order in waiting.islice(0, shown))
+            hidden += len(waiting) - shown
+        return Selection(tuple(names), hidden, tuple(checks), lone)
+
+    def _enough(self, totals: _QueueTotals, lone: bool, most: int) -> int:
+        """How many of a queue's first pending workloads to show: enough to ask for all the
+        room it has (under its limit, and for a lone queue in the cluster), and a few more
+        in case some do not fit, but at most `most`."""
+        room = totals.limit[0] - totals.alloc[0]
+        if lone:
+            room = min(room, self.free_gpu)
+        asked = 0.0
+        shown = 0
+        for entry in totals.waiting.islice(0, most):
+            if asked > room + _SLACK:
+                break
+            asked += entry[3]
+            shown += 1
+        return min(shown + _SPARE, most, len(totals.waiting))
+
+    def holds(self, selection: Selection, placed: Mapping[str, float]) -> bool:
+        """Whether a decision on `selection` is the decision on all pending work: after
+        placing `placed` GPUs per queue, no queue can fit its smallest hidden request
+        under its limit (or, for a lone queue, in what is left free)."""
+        free = self.free_gpu - sum(placed.values())
+        for name, smallest in selection.checks:
+            totals = self.queues[name]
+            alloc = totals.alloc[0] + placed.get(name, 0.0)
+            if alloc + smallest > totals.limit[0] + _SLACK:
+                continue
+            if selection.lone and smallest > free + _SLACK:
+                continue
+            return False
+        return True
+
+    def _blocked(self, totals: _QueueTotals, share: float) -> bool:
+        """Every pending workload of the queue is over its GPU limit, none can preempt, and
+        no other queue may reclaim from it (which would free room under its limit)."""
+        if totals.alloc[0] > share + _SLACK:
+            return False
+        headroom = totals.limit[0] - totals.alloc[0]
+        if min(gpus for gpus, _, _ in totals.pending) <= headroom + _SLACK:
+            return False
+        if "preempt" not in self.actions:
+            return True
+        lowest_running = min(totals.running_priorities, default=math.inf)
+        return max(priority for _, priority, _ in totals.pending) <= lowest_running
+
+    def _may_reclaim(self) -> bool:
+        shares = self._fair_shares()
+        over = [
+            totals
+            for totals in self.queues.values()
+            if totals.leaf
+            and any(totals.alloc[r] > shares[totals.name][r] + _SLACK for r in range(3))
+        ]
+        if not over:
+            return False
+        for totals in self.queues.values():
+            if not totals.pending or (len(over) == 1 and over[0] is totals):
+                continue
+            headroom = min(level.limit[0] - level.alloc[0] for level in totals.path)
+            np_headroom = min(level.deserved[0] - level.np_alloc for level in totals.path)
+            share = shares[totals.name][0]
+            for gpus, _, preemptible in totals.pending:
+                if gpus > headroom + _SLACK or (not preemptible and gpus > np_headroom + _SLACK):
+                    continue
+                if gpus <= EPSILON or totals.alloc[0] + gpus <= share + _SLACK:
+                    return True
+        return False
+
+    def _fair_shares(self) -> dict[str, list[float]]:
+        """Each queue's fair share of GPU, CPU and memory, divided as the engine does."""
+        shares: dict[str, list[float]] = {}
+        self._divide(self.roots, list(self.capacity), shares)
+        return shares
+
+    def _divide(
+        self, siblings: list[_QueueTotals], amounts: list[float], shares: dict[str, list[float]]
+    ) -> None:
+        for totals in siblings:
+            shares[totals.name] = [0.0, 0.0, 0.0]
+        for resource in range(3):
+            claims = [
+                Claim(
+                    deserved=totals.deserved[resource],
+                    demand=totals.requested[resource],
+                    limit=totals.limit[resource],
+                    weight=totals.weight[resource],
+                    priority=totals.priority,
+                )
+                for totals in siblings
+            ]
+            for totals, share in zip(siblings, divide(amounts[resource], claims), strict=True):
+                shares[totals.name][resource] = share
+        for totals in siblings:
+            if totals.children:
+                self._divide(totals.children, shares[totals.name], shares)
+
+
+def _drop(counter: Counter[_Key], key: _Key) -> None:
+    if counter[key] <= 1:
+        del counter[key]
+    else:
+        counter[key] -= 1

@@ -275,7 +275,8 @@ class Cycle:
         replaced: dict[str, list[Placement]] = {}
         for mover in moved:
             result = self.placer.place(mover, sorted(mover.original))
-            if isinstance(result, Failure):
+            # A memory-sized fraction may take a larger share of a smaller device.
+            if isinstance(result, Failure) or not self._within_quota(mover):
                 state.rollback(mark)
                 return False
             replaced[mover.name] = result

@@ -161,14 +161,14 @@ def task_group_tuples(draw: st.DrawFn, max_gpus: int) -> tuple[TaskGroup, ...]:
         last = index == count - 1
         replicas = remaining if last else draw(st.integers(1, remaining - (count - index - 1)))
         remaining -= replicas
-        kind = draw(st.sampled_from(("whole", "whole", "fraction", "memory")))
+        kind = draw(st.sampled_from(("whole", "whole", "fraction", "memory", "whole", "cpu")))
         gpu = 0.0
         gpu_memory = 0
         if kind == "whole":
             gpu = float(draw(st.integers(1, max(1, min(4, max_gpus)))))
         elif kind == "fraction":
             gpu = draw(st.sampled_from(FRACTIONS))
-        else:
+        elif kind == "memory":
             gpu_memory = draw(st.sampled_from((8, 20, 40, 60))) * GIB
         groups.append(
             TaskGroup(
@@ -513,6 +513,13 @@ def cases(draw: st.DrawFn, mode: str | None = None) -> Case:
         snapshot = replace(snapshot, workloads=(*snapshot.workloads, *extra))
     if origin != "pending" and draw(st.booleans()):
         snapshot = replace(snapshot, queues=draw(changed_quotas(snapshot.queues)))
+    if draw(st.integers(0, 4)) == 0:
+        # An administrator cordons some nodes: their work keeps running, nothing new lands.
+        cordoned = tuple(
+            replace(node, schedulable=False) if draw(st.booleans()) else node
+            for node in snapshot.nodes
+        )
+        snapshot = replace(snapshot, nodes=cordoned)
     return Case(snapshot, draw(configs()), f"{mode}, {origin}")
 
 

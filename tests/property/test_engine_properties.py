@@ -495,6 +495,16 @@ def test_node_selectors_respected_by_new_bindings(case: Case) -> None:
             assert selector_matches(nodes[placement.node], selector), (name, placement)
 
 
+@CYCLE
+@given(cases())
+def test_nothing_new_lands_on_a_cordoned_node(case: Case) -> None:
+    decisions, _ = run(case)
+    cordoned = {node.name for node in case.snapshot.nodes if not node.schedulable}
+    for name, placements in decisions.bindings.items():
+        for placement in placements:
+            assert placement.node not in cordoned, (name, placement)
+
+
 # 11 ------------------------------------------------------------------------------------
 
 

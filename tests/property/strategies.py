@@ -5,8 +5,9 @@ state and a scheduler configuration. Running states come three ways: none at all
 workload pending), a simple placer written here that keeps every rule the engine keeps
 (devices, CPU and memory, gangs, selectors, required topology, limits, non-preemptible
 work within deserved), or one or two engine cycles over an all-pending cluster. After
-that, new pending workloads may arrive and queue quotas may change, as they do between
-two cycles of a real server.
+that, new pending workloads may arrive, queue quotas may change and nodes may be
+cordoned, as between two cycles of a real server. `python_code` renders a drawn case as
+Python, for bug reports and regression examples.
 """
 
 from __future__ import annotations

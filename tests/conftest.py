@@ -23,7 +23,12 @@ from typing import Any
 import httpx
 import pytest
 
+from corral.store import Store
+
 CORRAL = str(Path(sys.executable).with_name("corral"))
+# Every server the tests start compares each snapshot it keeps between cycles with a full
+# read of the store, and fails the cycle on a difference (corral.server.scheduler).
+os.environ.setdefault("CORRAL_VERIFY_SNAPSHOTS", "1")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
@@ -60,18 +65,26 @@ class LiveServer:
         self.process.wait(timeout=30)
 
     def stop(self) -> None:
+        """Stop the server; fail if its scheduler caught a kept snapshot that differed
+        from the store (CORRAL_VERIFY_SNAPSHOTS)."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.kill()
+        if self.log.exists():
+            mismatches = [
+                line for line in self.log.read_text().splitlines() if "kept snapshot" in line
+            ]
+            assert not mismatches, f"{self.log}: " + "\n".join(mismatches[:5])
 
     def restart(self) -> None:
         """Start the server again on the same port, data directory and database."""
         self.stop()
         started = start_server(self.data_dir, self.db, port=int(self.url.rsplit(":", 1)[1]))
         self.process = started.process
+        self.log = started.log
 
 
 def start_server(data_dir: Path, db: str | None, port: int | None = None) -> LiveServer:
@@ -133,6 +146,19 @@ def postgres() -> Iterator[Callable[[], str]]:
 @pytest.fixture(params=["sqlite", "postgresql"])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """An empty, migrated store, in this process, on each backend."""
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres")()
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    else:
+        url = f"sqlite:///{tmp_path / 'corral.db'}"
+    opened = Store(url)
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

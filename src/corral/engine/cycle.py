@@ -92,14 +92,15 @@ class Cycle:
                 )
             ws = WorkloadState(workload, queue, workload.tasks())
             self.workloads.append(ws)
+            nodes: set[str] = set()
             for placement in workload.placements:
                 if placement.node not in self.state.by_name:
                     raise ValueError(f"workload {ws.name}: unknown node {placement.node!r}")
                 self.state.bind(ws, placement)
                 ws.original[placement.task] = placement
-                on_node = self.by_node.setdefault(placement.node, [])
-                if ws not in on_node:
-                    on_node.append(ws)
+                if placement.node not in nodes:
+                    nodes.add(placement.node)
+                    self.by_node.setdefault(placement.node, []).append(ws)
         self.state.journal.clear()
         self._compute_fair_shares()
         self.evictions: list[Eviction] = []

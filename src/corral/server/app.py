@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -46,6 +47,7 @@ from corral.server.schemas import (
     WorkloadIn,
     WorkloadOut,
 )
+from corral.server.submissions import Submissions
 from corral.server.visibility import install_visibility
 from corral.store import (
     STATUSES,
@@ -64,6 +66,9 @@ from corral.store.rules import set_rules
 log = logging.getLogger("corral.server")
 MAX_BODY = 1 << 20
 API = "/api/v1"
+# Draws of a server-made workload name before a clash is reported (each clashes with
+# odds of about n / 16.7 million for n workloads in the project).
+NAME_ATTEMPTS = 5
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "the body is not valid JSON"},
     401: {"model": ErrorOut, "description": "no token, or a token that is not valid"},
@@ -146,6 +151,7 @@ def create_app(
     """The server application. The scheduler loop, and with a cluster the dispatcher and
     its reconciler, start and stop with it."""
     loop = SchedulerLoop(store, config, interval)
+    submissions = Submissions(store, loop.trigger)
     dispatcher: Dispatcher | None = None
     if cluster is not None:
         if data_dir is None:
@@ -187,6 +193,7 @@ def create_app(
         try:
             yield
         finally:
+            submissions.stop()
             loop.stop()
             if dispatcher is not None:
                 dispatcher.stop_monitor()
@@ -209,19 +216,23 @@ def create_app(
 
     bearer = HTTPBearer(auto_error=False)
 
-    def user(
+    async def user(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> UserRecord:
+        # Async so that a token seen lately costs no trip to a worker thread; the
+        # database is read in one only when the token is not remembered.
         if credentials is None or credentials.scheme.lower() != "bearer":
             raise _Unauthorized("a bearer token is required")
-        found = store.authenticate(credentials.credentials)
+        found = store.remembered(credentials.credentials)
+        if found is None:
+            found = await run_in_threadpool(store.authenticate, credentials.credentials)
         if found is None:
             raise _Unauthorized("the token is not valid")
         return found
 
     User = Annotated[UserRecord, Depends(user)]
 
-    def admin(current: User) -> UserRecord:
+    async def admin(current: User) -> UserRecord:
         if current.role != "admin":
             raise _Forbidden(f"{current.name} is a {current.role}; this needs an admin")
         return current
@@ -303,12 +314,29 @@ def create_app(
         return [workload_out(r) for r in store.list_workloads(project, status, user)]
 
     @router.post("/workloads", response_model=WorkloadOut, status_code=201, tags=["workloads"])
-    def submit(body: WorkloadIn, current: User) -> WorkloadOut:
+    async def submit(body: WorkloadIn, current: User) -> WorkloadOut:
+        # Async, unlike the other handlers: the writer thread commits submissions in
+        # batches (corral.server.submissions) and wakes the scheduler.
         may_manage(current, body.project)
-        name = body.name or f"{body.project}-{secrets.token_hex(3)}"
-        record = store.submit(body.to_spec(name, current.name))
-        loop.trigger()
+        if body.name is not None:
+            record = await submissions.submit(body.to_spec(body.name, current.name))
+        else:
+            record = await submit_named(body, current.name)
         return workload_out(record)
+
+    async def submit_named(body: WorkloadIn, user: str) -> WorkloadRecord:
+        """Name the workload project-XXXXXX (24 random bits); on the rare clash with an
+        existing name, draw again."""
+        for _ in range(NAME_ATTEMPTS - 1):
+            try:
+                return await submissions.submit(
+                    body.to_spec(f"{body.project}-{secrets.token_hex(3)}", user)
+                )
+            except Conflict:
+                continue
+        return await submissions.submit(
+            body.to_spec(f"{body.project}-{secrets.token_hex(3)}", user)
+        )
 
     @router.get("/workloads/{name}", response_model=WorkloadOut, tags=["workloads"])
     def get_workload(name: str, _: User) -> WorkloadOut:
@@ -393,21 +421,16 @@ def create_app(
 
     @router.get("/cluster", response_model=ClusterOut, tags=["cluster"])
     def cluster_summary(_: User) -> ClusterOut:
-        nodes = store.list_nodes()
-        counts = dict.fromkeys(STATUSES, 0)
-        for record in store.list_workloads():
-            counts[record.status] += 1
-        allocated = sum(task.gpu for node in nodes for task in node.tasks)
-        total = sum(node.node.gpus for node in nodes)
+        counts = store.counts()
         return ClusterOut(
-            nodes=len(nodes),
-            nodes_ready=sum(1 for node in nodes if node.state == "ready"),
-            gpus=total,
-            gpus_allocated=round(allocated, 6),
-            gpus_free=round(total - allocated, 6),
-            virtual_gpus=sum(sum(1 for d in node.devices if d.virtual) for node in nodes),
-            workloads=counts,
-            queues=len(store.list_queues()),
+            nodes=counts.nodes,
+            nodes_ready=counts.nodes_ready,
+            gpus=counts.gpus,
+            gpus_allocated=round(counts.gpus_allocated, 6),
+            gpus_free=round(counts.gpus - counts.gpus_allocated, 6),
+            virtual_gpus=counts.virtual_gpus,
+            workloads=counts.workloads,
+            queues=counts.queues,
             last_cycle_at=loop.last_at,
             last_cycle_seconds=loop.last_seconds,
         )

@@ -2,17 +2,27 @@
 
 It runs every `interval` seconds, and at once when woken by a submission, a completion or
 a quota change; wake-ups that arrive while a cycle runs are coalesced into the next one.
+
+The loop keeps the snapshot its last cycle left behind (the one it read, with its own
+decisions applied). While the store's generation shows no other change that a cycle
+depends on, the next snapshot is that one plus the workloads submitted since, read by id:
+a burst of submissions costs each cycle the new work, not all the work in the store. Any
+other change, and every `FULL_SNAPSHOT_SECONDS` in any case, reads the whole snapshot
+again. With `CORRAL_VERIFY_SNAPSHOTS=1` in the environment (the tests set it) every
+incremental snapshot is compared with a full read, and a difference fails the cycle.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from corral.engine import schedule
-from corral.model import Decisions, SchedulerConfig
+from corral.engine import apply_decisions, schedule
+from corral.model import Decisions, SchedulerConfig, Snapshot
 from corral.server.metrics import SchedulerMetrics
 from corral.store import Store
 from corral.store.records import Release
@@ -20,8 +30,25 @@ from corral.store.records import Release
 log = logging.getLogger("corral.scheduler")
 # Cycles computed without the lock before one is computed under it.
 OPTIMISTIC_ATTEMPTS = 2
+# Cycles may take this share of the time on average (the API and the agents' reports
+# need the interpreter too), and save up at most BUDGET_SECONDS of cycle time while quiet.
+CYCLE_SHARE = 1 / 3
+BUDGET_SECONDS = 0.25
 # A quiet cluster still gets a cycle this often.
 IDLE_CYCLE_SECONDS = 30.0
+# The longest a cycle goes on from a kept snapshot before reading the store whole (the
+# idle flags of running work come from telemetry, which does not move the generation).
+FULL_SNAPSHOT_SECONDS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """The snapshot after the last cycle's decisions, valid at `generation`."""
+
+    snapshot: Snapshot
+    generation: int
+    newest: int
+    read_at: float
 
 
 class SchedulerLoop:
@@ -38,10 +65,15 @@ class SchedulerLoop:
         self.interval = interval
         self.last: Decisions | None = None
         self._seen_generation = -1
-        self._ended = 0.0
+        # Cycle time that may be spent now (see `_overdrawn`).
+        self._budget = BUDGET_SECONDS
+        self._refilled = time.monotonic()
         self.last_at: float | None = None
         self.last_seconds: float | None = None
         self.cycles = 0
+        self.full_snapshots = 0
+        self.verify = os.environ.get("CORRAL_VERIFY_SNAPSHOTS", "") not in ("", "0")
+        self._kept: _Kept | None = None
         self.metrics = SchedulerMetrics()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -70,17 +102,21 @@ class SchedulerLoop:
         for attempt in range(OPTIMISTIC_ATTEMPTS + 1):
             if attempt == OPTIMISTIC_ATTEMPTS:
                 with self.store.writing():
-                    decisions, releases = self._decide_and_apply()
+                    snapshot, newest, read_at = self._snapshot(self.store.generation)
+                    decisions = schedule(snapshot, self.config)
+                    releases = self.store.apply(decisions)
+                    self._keep(snapshot, decisions, newest, read_at)
                 break
             generation = self.store.generation
-            snapshot = self.store.snapshot()
+            snapshot, newest, read_at = self._snapshot(generation)
             decisions = schedule(snapshot, self.config)
             with self.store.writing():
                 if self.store.generation == generation:
                     releases = self.store.apply(decisions)
+                    self._keep(snapshot, decisions, newest, read_at)
                     break
         self._seen_generation = self.store.generation
-        self._ended = time.monotonic()
+        self._budget -= time.perf_counter() - started
         self.last = decisions
         self.last_at = time.time()
         self.last_seconds = time.perf_counter() - started
@@ -90,9 +126,55 @@ class SchedulerLoop:
             self.on_changes(decisions, releases)
         return decisions
 
-    def _decide_and_apply(self) -> tuple[Decisions, list[Release]]:
-        decisions = schedule(self.store.snapshot(), self.config)
-        return decisions, self.store.apply(decisions)
+    def _snapshot(self, generation: int) -> tuple[Snapshot, int, float]:
+        """The snapshot for a cycle that starts at `generation`: the kept one and what was
+        submitted since, or a full read. Returns it, the newest workload id in it, and
+        when its full read was made."""
+        kept = self._kept
+        if (
+            kept is not None
+            and kept.generation == generation
+            and time.monotonic() - kept.read_at < FULL_SNAPSHOT_SECONDS
+        ):
+            new, newest = self.store.new_workloads(kept.newest)
+            snapshot = Snapshot(
+                kept.snapshot.nodes, kept.snapshot.queues, kept.snapshot.workloads + new
+            )
+            if self.verify:
+                self._check(snapshot, generation, newest)
+            return snapshot, newest, kept.read_at
+        read_at = time.monotonic()
+        snapshot, newest = self.store.read_snapshot()
+        self.full_snapshots += 1
+        return snapshot, newest, read_at
+
+    def _check(self, snapshot: Snapshot, generation: int, newest: int) -> None:
+        full = self.store.snapshot()
+        if self.store.generation != generation:
+            return  # the store moved on; this cycle will not be written
+        # Idle flags come from telemetry and may lag in a kept snapshot by design.
+        if full.nodes != snapshot.nodes or full.queues != snapshot.queues:
+            raise AssertionError("kept snapshot: nodes or queues differ from the store")
+        kept = {w.name: w for w in snapshot.workloads}
+        # Submitted after the kept snapshot's read: the next cycle's.
+        read = {w.name: w for w in full.workloads if w.submitted <= newest}
+        for name in kept.keys() | read.keys():
+            a, b = kept.get(name), read.get(name)
+            if a is None or b is None or a != replace(b, idle=a.idle):
+                raise AssertionError(f"kept snapshot: {name} differs: {a} != {b}")
+
+    def _keep(self, snapshot: Snapshot, decisions: Decisions, newest: int, read_at: float) -> None:
+        """Called under the write lock right after `decisions` were written."""
+        self._kept = _Kept(
+            apply_decisions(snapshot, decisions), self.store.generation, newest, read_at
+        )
+
+    def _overdrawn(self) -> float:
+        """Seconds to rest before the next cycle keeps within CYCLE_SHARE."""
+        now = time.monotonic()
+        self._budget = min(BUDGET_SECONDS, self._budget + CYCLE_SHARE * (now - self._refilled))
+        self._refilled = now
+        return max(0.0, -self._budget / CYCLE_SHARE)
 
     def _run(self) -> None:
         idle_since = time.monotonic()
@@ -107,10 +189,12 @@ class SchedulerLoop:
             if quiet and time.monotonic() - idle_since < IDLE_CYCLE_SECONDS:
                 continue
             idle_since = time.monotonic()
-            # Leave the API at least as much time as the last cycle took: under a burst
-            # of submissions, cycles would otherwise run back to back and starve it of
-            # the interpreter. The wake-ups that arrive meanwhile share the next cycle.
-            rest = (self.last_seconds or 0.0) - (time.monotonic() - self._ended)
+            # Under a stream of submissions, a cycle per wake-up would run back to back
+            # and starve the API of the interpreter: cycles spend a budget that refills
+            # at CYCLE_SHARE of the time, and rest while it is overdrawn. Wake-ups that
+            # arrive meanwhile share the next cycle. A cluster that was quiet has budget
+            # saved up, and a submission is scheduled at once.
+            rest = self._overdrawn()
             if rest > 0:
                 self._stop.wait(min(rest, self.interval))
                 self._wake.clear()

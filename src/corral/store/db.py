@@ -12,15 +12,27 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy import (
+    Engine,
+    Table,
+    bindparam,
+    case,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from corral.model import (
@@ -40,7 +52,9 @@ from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.records import (
     ACTIVE,
     ROLES,
+    STATUSES,
     BoundWork,
+    ClusterCounts,
     EventRecord,
     NodeRecord,
     QueueRecord,
@@ -63,10 +77,17 @@ from corral.store.schema import (
 )
 from corral.store.telemetry import idle_workloads
 
+# The tables, for statements that write many rows at once without the ORM.
+_WORKLOADS = cast(Table, WorkloadRow.__table__)
+_TASK_GROUPS = cast(Table, TaskGroupRow.__table__)
+_EVENTS = cast(Table, EventRow.__table__)
 MIGRATIONS = Path(__file__).parent / "migrations"
 # A running workload whose GPUs were at 0% this long counts as idle for victim choice.
 IDLE_WINDOW = 300.0
 TOKEN_PREFIX = "crl_"
+# How long an authenticated token is trusted without asking the database again. Another
+# server sharing a PostgreSQL store sees a change to users or tokens at most this late.
+TOKEN_CACHE_SECONDS = 10.0
 
 
 def database_url(data_dir: Path | None, url: str | None) -> str:
@@ -99,6 +120,11 @@ class Store:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._write_lock = threading.RLock()
+        # Token digest -> (user, when it was looked up); see `authenticate`.
+        self._tokens: dict[str, tuple[UserRecord, float]] = {}
+        # Submissions waiting for a transaction (group commit, see `submit`).
+        self._queue_lock = threading.Lock()
+        self._queued: list[_Submission] = []
         # Counts committed changes that scheduling depends on (see `_write`).
         self.generation = 0
         self.migrate()
@@ -132,6 +158,15 @@ class Store:
                 self.generation += 1
 
     @contextmanager
+    def _accounts(self) -> Iterator[Session]:
+        """A transaction that changes users, tokens or queues (which members belong to)."""
+        try:
+            with self._write() as session:
+                yield session
+        finally:
+            self._tokens.clear()
+
+    @contextmanager
     def _read(self) -> Iterator[Session]:
         with self._sessions() as session:
             yield session
@@ -139,7 +174,7 @@ class Store:
     # -- queues --------------------------------------------------------------------------
 
     def create_queue(self, queue: Queue) -> QueueRecord:
-        with self._write() as session:
+        with self._accounts() as session:
             if _queue_row(session, queue.name, required=False) is not None:
                 raise Conflict(f"queue {queue.name!r} already exists")
             parent = None
@@ -159,7 +194,7 @@ class Store:
 
     def update_queue(self, name: str, changes: dict[str, Any]) -> QueueRecord:
         """Change some of a queue's fields: parent, deserved, limit, over_quota_weight, priority."""
-        with self._write() as session:
+        with self._accounts() as session:
             row = _queue_row(session, name)
             current = _queue_model(session, row)
             updated = replace(current, **changes)
@@ -183,7 +218,7 @@ class Store:
             return _queue_record(session, row)
 
     def delete_queue(self, name: str) -> None:
-        with self._write() as session:
+        with self._accounts() as session:
             row = _queue_row(session, name)
             if session.scalar(select(func.count()).where(QueueRow.parent_id == row.id)):
                 raise Conflict(f"queue {name!r} has child queues; delete them first")
@@ -287,50 +322,54 @@ class Store:
     # -- workloads -----------------------------------------------------------------------
 
     def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
+        """Add a pending workload, durably, and return it as stored.
+
+        Group commit: concurrent submissions queue up while another transaction holds the
+        write lock, and whichever of them takes the lock next writes every queued one in
+        one transaction (one fsync). Each caller returns only once its own submission is
+        committed, or with its own error; one bad submission fails no other."""
+        item = _Submission(spec, time.time())
+        with self._queue_lock:
+            self._queued.append(item)
+        with self._write_lock:
+            if not item.done:
+                with self._queue_lock:
+                    batch, self._queued = self._queued, []
+                self._submit_batch(batch)
+        outcome = item.outcome()
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def submit_many(self, specs: Sequence[WorkloadSpec]) -> list[WorkloadRecord | Exception]:
+        """Add pending workloads in one transaction: for each, what `submit` would return
+        or raise. One bad submission fails no other."""
+        batch = [_Submission(spec, time.time()) for spec in specs]
+        with self._write_lock:
+            self._submit_batch(batch)
+        return [item.outcome() for item in batch]
+
+    def _submit_batch(self, batch: list[_Submission]) -> None:
         # A new pending workload is not in a cycle's snapshot and changes nothing it
-        # decided: submissions do not invalidate a cycle in progress.
-        with self._write(relevant=False) as session:
-            if session.scalar(select(WorkloadRow.id).where(WorkloadRow.name == spec.name)):
-                raise Conflict(f"workload {spec.name!r} already exists")
-            queue = _queue_row(session, spec.project, field="project")
-            if session.scalar(select(QueueRow.id).where(QueueRow.parent_id == queue.id)):
-                raise Invalid("project", f"{spec.project!r} is a department; submit to a project")
-            row = WorkloadRow(
-                name=spec.name,
-                queue_id=queue.id,
-                user=spec.user,
-                priority=spec.priority,
-                preemptible=spec.preemptible,
-                min_available=spec.min_available,
-                node_selector={key: list(values) for key, values in spec.node_selector.items()},
-                topology_key=spec.topology.key if spec.topology else None,
-                topology_required=spec.topology.required if spec.topology else True,
-                command=list(spec.command),
-                env=dict(spec.env),
-                workdir=spec.workdir,
-                max_runtime=spec.max_runtime,
-                backoff_limit=spec.backoff_limit,
-                grace_period=spec.grace_period,
-                status="pending",
-                attempts=0,
-                created_at=time.time(),
-                task_groups=[
-                    TaskGroupRow(
-                        ordinal=i,
-                        name=g.name,
-                        replicas=g.replicas,
-                        gpu=g.gpu,
-                        gpu_memory=g.gpu_memory,
-                        cpu=g.cpu,
-                        memory=g.memory,
-                    )
-                    for i, g in enumerate(spec.task_groups)
-                ],
-            )
-            session.add(row)
-            session.flush()
-            _event(session, "submitted", spec.user, f"to {spec.project}", workload=spec.name)
-            return _workload_record(row, queue.name)
+        # decided: submissions do not bump the generation.
+        try:
+            with self._sessions.begin() as session:
+                written = _insert_submissions(session, batch)
+        except Exception as error:
+            if len(batch) == 1:
+                batch[0].error = error
+                batch[0].done = True
+                return
+            # Something none of the checks foresaw: write each alone, so that only the
+            # submission at fault fails.
+            for item in batch:
+                item.error = None
+                self._submit_batch([item])
+            return
+        for item, record in written:
+            item.record = record
+        for item in batch:
+            item.done = True
 
     def get_workload(self, name: str) -> WorkloadRecord:
         with self._read() as session:
@@ -412,90 +451,65 @@ class Store:
 
     def snapshot(self) -> Snapshot:
         """Pending and running work, every queue and node, as the engine reads them."""
+        return self.read_snapshot()[0]
+
+    def read_snapshot(self) -> tuple[Snapshot, int]:
+        """The snapshot, and the newest workload id it has read (see `new_workloads`)."""
         with self._read() as session:
             queues = session.scalars(select(QueueRow).order_by(QueueRow.id)).all()
             names = {row.id: row.name for row in queues}
-            nodes = session.scalars(
-                select(NodeRow).options(selectinload(NodeRow.devices)).order_by(NodeRow.name)
-            ).all()
-            node_names = {row.id: row.name for row in nodes}
-            # Plain rows, not ORM objects, and only the columns the engine reads: this runs
-            # every cycle over every active workload.
-            active = WorkloadRow.status.in_(ACTIVE)
-            groups: dict[int, list[TaskGroup]] = {}
-            for g in session.execute(
-                select(
-                    TaskGroupRow.workload_id,
-                    TaskGroupRow.name,
-                    TaskGroupRow.replicas,
-                    TaskGroupRow.gpu,
-                    TaskGroupRow.gpu_memory,
-                    TaskGroupRow.cpu,
-                    TaskGroupRow.memory,
+            gpus = dict(
+                session.execute(
+                    select(DeviceRow.node_id, func.count()).group_by(DeviceRow.node_id)
+                ).all()
+            )
+            nodes = [
+                (
+                    row.id,
+                    Node(
+                        name=row.name,
+                        gpus=gpus.get(row.id, 0),
+                        gpu_memory=row.gpu_memory,
+                        gpu_model=row.gpu_model,
+                        cpu=row.cpu,
+                        memory=row.memory,
+                        labels=row.labels,
+                        schedulable=row.schedulable and row.state == "ready",
+                    ),
                 )
-                .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
-                .where(active)
-                .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
-            ):
-                groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
-            placed: dict[int, list[Placement]] = {}
-            for p in session.execute(
-                select(
-                    PlacementRow.workload_id,
-                    PlacementRow.task,
-                    PlacementRow.node_id,
-                    PlacementRow.devices,
-                    PlacementRow.gpu,
+                for row in session.execute(
+                    select(
+                        NodeRow.id,
+                        NodeRow.name,
+                        NodeRow.gpu_model,
+                        NodeRow.gpu_memory,
+                        NodeRow.cpu,
+                        NodeRow.memory,
+                        NodeRow.labels,
+                        NodeRow.schedulable,
+                        NodeRow.state,
+                    ).order_by(NodeRow.name)
                 )
-                .join(WorkloadRow, PlacementRow.workload_id == WorkloadRow.id)
-                .where(active)
-                .order_by(PlacementRow.workload_id, PlacementRow.task)
-            ):
-                placed.setdefault(p[0], []).append(
-                    Placement(p[1], node_names[p[2]], tuple(p[3]), p[4])
-                )
+            ]
+            node_names = {node_id: node.name for node_id, node in nodes}
             # Victims whose GPUs sat idle are preferred among otherwise equal ones.
             idle = idle_workloads(session, time.time(), IDLE_WINDOW)
-            workloads = []
-            for w in session.execute(
-                select(
-                    WorkloadRow.id,
-                    WorkloadRow.name,
-                    WorkloadRow.queue_id,
-                    WorkloadRow.priority,
-                    WorkloadRow.preemptible,
-                    WorkloadRow.min_available,
-                    WorkloadRow.node_selector,
-                    WorkloadRow.topology_key,
-                    WorkloadRow.topology_required,
-                )
-                .where(active)
-                .order_by(WorkloadRow.id)
-            ):
-                workloads.append(
-                    Workload(
-                        name=w.name,
-                        queue=names[w.queue_id],
-                        task_groups=tuple(groups.get(w.id, ())),
-                        priority=w.priority,
-                        preemptible=w.preemptible,
-                        min_available=w.min_available,
-                        node_selector={k: tuple(v) for k, v in w.node_selector.items()},
-                        topology=(
-                            Topology(w.topology_key, w.topology_required)
-                            if w.topology_key
-                            else None
-                        ),
-                        submitted=float(w.id),
-                        placements=tuple(placed.get(w.id, ())),
-                        idle=w.name in idle,
-                    )
-                )
-            return Snapshot(
-                nodes=tuple(_node_model(row) for row in nodes),
+            workloads, newest = _active_workloads(session, names, node_names, idle, after=0)
+            snapshot = Snapshot(
+                nodes=tuple(node for _, node in nodes),
                 queues=tuple(_queue_from_row(row, names) for row in queues),
-                workloads=tuple(workloads),
+                workloads=workloads,
             )
+            return snapshot, newest
+
+    def new_workloads(self, after: int) -> tuple[tuple[Workload, ...], int]:
+        """Active workloads with an id above `after` (submitted since a snapshot that read
+        up to `after`), and the newest id read. Submissions commit one at a time under the
+        write lock, so ids become visible in order and none is skipped."""
+        with self._read() as session:
+            names = dict(session.execute(select(QueueRow.id, QueueRow.name)).all())
+            node_names = dict(session.execute(select(NodeRow.id, NodeRow.name)).all())
+            return _active_workloads(session, names, node_names, set(), after)
 
     def apply(self, decisions: Decisions) -> list[Release]:
         """Write one cycle's decisions in one transaction: evictions, bindings, reasons.
@@ -503,62 +517,108 @@ class Store:
         Returns the evicted tasks, whose processes must now be stopped."""
         with self._write() as session:
             now = time.time()
-            names = set(decisions.bindings) | {e.workload for e in decisions.evictions}
-            names |= set(decisions.pending)
-            rows = (
+            releases = self._apply_evictions(session, decisions)
+            names = set(decisions.bindings) | set(decisions.pending)
+            # Plain rows and statements run once for many rows: a burst of submissions
+            # binds hundreds of workloads in one cycle.
+            found = (
                 {
                     row.name: row
-                    for row in session.scalars(
-                        select(WorkloadRow)
-                        .where(WorkloadRow.name.in_(names))
-                        .options(selectinload(WorkloadRow.placements))
-                    ).all()
+                    for row in session.execute(
+                        select(
+                            WorkloadRow.id, WorkloadRow.name, WorkloadRow.status, WorkloadRow.reason
+                        ).where(WorkloadRow.name.in_(names))
+                    )
                 }
                 if names
                 else {}
             )
-            node_ids = dict(session.execute(select(NodeRow.name, NodeRow.id)).all())
-            releases = []
-            for eviction in decisions.evictions:
-                row = rows[eviction.workload]
-                gone = set(eviction.tasks)
-                why = f"preempted: {eviction.action} for {eviction.by}: {eviction.reason}"
-                releases.extend(_releases(row, gone, why))
-                row.placements[:] = [p for p in row.placements if p.task not in gone]
-                if not row.placements:
-                    row.status = "pending"
-                    row.reason = why
-                _event(session, "preempted", eviction.action, why, workload=eviction.workload)
-            for name, placements in decisions.bindings.items():
-                row = rows[name]
-                for placement in placements:
-                    row.placements.append(
-                        PlacementRow(
-                            task=placement.task,
-                            node_id=node_ids[placement.node],
-                            devices=list(placement.devices),
-                            gpu=placement.gpu,
-                            created_at=now,
-                        )
+            if decisions.bindings:
+                node_ids = dict(session.execute(select(NodeRow.name, NodeRow.id)).all())
+                session.add_all(
+                    PlacementRow(
+                        workload_id=found[name].id,
+                        task=placement.task,
+                        node_id=node_ids[placement.node],
+                        devices=list(placement.devices),
+                        gpu=placement.gpu,
+                        created_at=now,
                     )
-                if row.status != "running":
-                    row.status = "running"
-                    row.started_at = row.started_at or now
-                    row.attempts += 1
-                row.reason = None
-                where = ", ".join(sorted({p.node for p in placements}))
-                _event(
-                    session,
-                    "bound",
-                    "scheduler",
-                    f"{len(placements)} {'task' if len(placements) == 1 else 'tasks'} on {where}",
-                    workload=name,
+                    for name, placements in decisions.bindings.items()
+                    for placement in placements
                 )
-            for name, reason in decisions.pending.items():
-                pending = rows.get(name)
-                if pending is not None and pending.status == "pending" and pending.reason != reason:
-                    pending.reason = reason
+                session.flush()
+                table = _WORKLOADS
+                session.connection().execute(
+                    update(table)
+                    .where(table.c.id == bindparam("workload_id"))
+                    .values(
+                        status="running",
+                        reason=None,
+                        started_at=func.coalesce(table.c.started_at, now),
+                        attempts=case(
+                            (table.c.status == "running", table.c.attempts),
+                            else_=table.c.attempts + 1,
+                        ),
+                    ),
+                    [{"workload_id": found[name].id} for name in decisions.bindings],
+                )
+                _events(
+                    session,
+                    [
+                        _event_values(
+                            now,
+                            "bound",
+                            "scheduler",
+                            f"{len(placements)} {'task' if len(placements) == 1 else 'tasks'} "
+                            f"on {', '.join(sorted({p.node for p in placements}))}",
+                            workload=name,
+                        )
+                        for name, placements in decisions.bindings.items()
+                    ],
+                )
+            reasons = [
+                {"workload_id": row.id, "reason": reason}
+                for name, reason in decisions.pending.items()
+                if (row := found.get(name)) is not None
+                and row.status == "pending"
+                and row.reason != reason
+            ]
+            if reasons:
+                table = _WORKLOADS
+                session.connection().execute(
+                    update(table)
+                    .where(table.c.id == bindparam("workload_id"))
+                    .values(reason=bindparam("reason")),
+                    reasons,
+                )
             return releases
+
+    def _apply_evictions(self, session: Session, decisions: Decisions) -> list[Release]:
+        if not decisions.evictions:
+            return []
+        rows = {
+            row.name: row
+            for row in session.scalars(
+                select(WorkloadRow)
+                .where(WorkloadRow.name.in_({e.workload for e in decisions.evictions}))
+                .options(selectinload(WorkloadRow.placements))
+            ).all()
+        }
+        releases = []
+        for eviction in decisions.evictions:
+            row = rows[eviction.workload]
+            gone = set(eviction.tasks)
+            why = f"preempted: {eviction.action} for {eviction.by}: {eviction.reason}"
+            releases.extend(_releases(row, gone, why))
+            row.placements[:] = [p for p in row.placements if p.task not in gone]
+            if not row.placements:
+                row.status = "pending"
+                row.reason = why
+            _event(session, "preempted", eviction.action, why, workload=eviction.workload)
+        # Written before the bindings, which may give the same workload new placements.
+        session.flush()
+        return releases
 
     # -- tasks and agents ----------------------------------------------------------------
 
@@ -719,7 +779,7 @@ class Store:
 
     def ensure_admin(self) -> str | None:
         """Create the first admin and return its token, or None when users exist already."""
-        with self._write() as session:
+        with self._accounts() as session:
             if session.scalar(select(func.count()).select_from(UserRow)):
                 return None
             user = UserRow(name="admin", role="admin", created_at=time.time())
@@ -735,7 +795,7 @@ class Store:
             raise Invalid("project", "a member needs a project")
         if role != "member" and project is not None:
             raise Invalid("project", f"only members belong to a project, not a {role}")
-        with self._write() as session:
+        with self._accounts() as session:
             if session.scalar(select(UserRow.id).where(UserRow.name == name)):
                 raise Conflict(f"user {name!r} already exists")
             queue = _queue_row(session, project, field="project") if project else None
@@ -749,7 +809,7 @@ class Store:
             return UserRecord(name, role, project), token
 
     def create_token(self, user: str) -> str:
-        with self._write() as session:
+        with self._accounts() as session:
             row = session.scalar(select(UserRow).where(UserRow.name == user))
             if row is None:
                 raise NotFound(f"user {user!r} not found")
@@ -760,13 +820,61 @@ class Store:
             rows = session.scalars(select(UserRow).order_by(UserRow.id)).all()
             return [UserRecord(r.name, r.role, r.project.name if r.project else None) for r in rows]
 
+    def remembered(self, token: str) -> UserRecord | None:
+        """The token's user if `authenticate` found it a short while ago; no database."""
+        known = self._tokens.get(digest(token))
+        if known is not None and time.monotonic() - known[1] < TOKEN_CACHE_SECONDS:
+            return known[0]
+        return None
+
     def authenticate(self, token: str) -> UserRecord | None:
+        """The token's user, or None. Users found are remembered for a short while (every
+        API request authenticates); a change to users, tokens or queues forgets them."""
+        known = self.remembered(token)
+        if known is not None:
+            return known
+        key = digest(token)
         with self._read() as session:
-            row = session.scalar(select(TokenRow).where(TokenRow.digest == digest(token)))
+            row = session.scalar(select(TokenRow).where(TokenRow.digest == key))
             if row is None:
                 return None
             user = row.user
-            return UserRecord(user.name, user.role, user.project.name if user.project else None)
+            found = UserRecord(user.name, user.role, user.project.name if user.project else None)
+        self._tokens[key] = (found, time.monotonic())
+        return found
+
+    # -- summaries ---------------------------------------------------------------------
+
+    def counts(self) -> ClusterCounts:
+        """Nodes, GPUs, allocation, workloads by status and queues, without loading rows."""
+        with self._read() as session:
+            nodes = session.execute(
+                select(
+                    func.count(),
+                    func.count().filter(NodeRow.state == "ready"),
+                ).select_from(NodeRow)
+            ).one()
+            devices = session.execute(
+                select(func.count(), func.count().filter(DeviceRow.virtual)).select_from(DeviceRow)
+            ).one()
+            statuses = dict.fromkeys(STATUSES, 0)
+            statuses.update(
+                session.execute(
+                    select(WorkloadRow.status, func.count()).group_by(WorkloadRow.status)
+                ).all()
+            )
+            return ClusterCounts(
+                nodes=nodes[0],
+                nodes_ready=nodes[1],
+                gpus=devices[0],
+                virtual_gpus=devices[1],
+                gpus_allocated=session.scalar(
+                    select(func.coalesce(func.sum(PlacementRow.gpu), 0.0))
+                )
+                or 0.0,
+                workloads=statuses,
+                queues=session.scalar(select(func.count()).select_from(QueueRow)) or 0,
+            )
 
     # -- checks --------------------------------------------------------------------------
 
@@ -833,6 +941,232 @@ def _event(
             time=time.time(), workload=workload, node=node, kind=kind, cause=cause, reason=reason
         )
     )
+
+
+def _event_values(
+    now: float,
+    kind: str,
+    cause: str,
+    reason: str,
+    workload: str | None = None,
+    node: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "time": now,
+        "workload": workload,
+        "node": node,
+        "kind": kind,
+        "cause": cause,
+        "reason": reason,
+    }
+
+
+def _events(session: Session, values: list[dict[str, Any]]) -> None:
+    """Many events in one statement."""
+    if values:
+        session.connection().execute(insert(_EVENTS), values)
+
+
+@dataclass(slots=True)
+class _Submission:
+    """A submission waiting for its transaction (see `Store.submit`)."""
+
+    spec: WorkloadSpec
+    at: float
+    done: bool = False
+    record: WorkloadRecord | None = None
+    error: Exception | None = None
+
+    def outcome(self) -> WorkloadRecord | Exception:
+        if self.error is not None:
+            return self.error
+        if self.record is None:
+            raise RuntimeError(f"submission {self.spec.name!r} was not written")
+        return self.record
+
+
+def _insert_submissions(
+    session: Session, batch: list[_Submission]
+) -> list[tuple[_Submission, WorkloadRecord]]:
+    """Check and insert a batch of submissions; those that fail a check get their error
+    and are not written."""
+    projects = {item.spec.project for item in batch}
+    queues = dict(
+        session.execute(select(QueueRow.name, QueueRow.id).where(QueueRow.name.in_(projects))).all()
+    )
+    departments = set(
+        session.scalars(select(QueueRow.parent_id).where(QueueRow.parent_id.in_(queues.values())))
+    )
+    taken = set(
+        session.scalars(
+            select(WorkloadRow.name).where(WorkloadRow.name.in_({i.spec.name for i in batch}))
+        )
+    )
+    accepted = []
+    for item in batch:
+        spec = item.spec
+        queue = queues.get(spec.project)
+        if spec.name in taken:
+            item.error = Conflict(f"workload {spec.name!r} already exists")
+        elif queue is None:
+            item.error = Invalid("project", f"unknown queue {spec.project!r}")
+        elif queue in departments:
+            item.error = Invalid(
+                "project", f"{spec.project!r} is a department; submit to a project"
+            )
+        else:
+            taken.add(spec.name)
+            accepted.append((item, queue))
+    if not accepted:
+        return []
+    workloads = _WORKLOADS
+    connection = session.connection()
+    ids = (
+        connection.execute(
+            insert(workloads).returning(workloads.c.id, sort_by_parameter_order=True),
+            [_workload_values(item.spec, queue, item.at) for item, queue in accepted],
+        )
+        .scalars()
+        .all()
+    )
+    connection.execute(
+        insert(_TASK_GROUPS),
+        [
+            {
+                "workload_id": workload_id,
+                "ordinal": ordinal,
+                "name": group.name,
+                "replicas": group.replicas,
+                "gpu": group.gpu,
+                "gpu_memory": group.gpu_memory,
+                "cpu": group.cpu,
+                "memory": group.memory,
+            }
+            for (item, _), workload_id in zip(accepted, ids, strict=True)
+            for ordinal, group in enumerate(item.spec.task_groups)
+        ],
+    )
+    _events(
+        session,
+        [
+            _event_values(
+                item.at, "submitted", item.spec.user, f"to {item.spec.project}", item.spec.name
+            )
+            for item, _ in accepted
+        ],
+    )
+    return [
+        (item, WorkloadRecord(workload_id, item.spec, "pending", None, 0, item.at, None, None, ()))
+        for (item, _), workload_id in zip(accepted, ids, strict=True)
+    ]
+
+
+def _workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "queue_id": queue_id,
+        "user": spec.user,
+        "priority": spec.priority,
+        "preemptible": spec.preemptible,
+        "min_available": spec.min_available,
+        "node_selector": {key: list(values) for key, values in spec.node_selector.items()},
+        "topology_key": spec.topology.key if spec.topology else None,
+        "topology_required": spec.topology.required if spec.topology else True,
+        "command": list(spec.command),
+        "env": dict(spec.env),
+        "workdir": spec.workdir,
+        "max_runtime": spec.max_runtime,
+        "backoff_limit": spec.backoff_limit,
+        "grace_period": spec.grace_period,
+        "status": "pending",
+        "reason": None,
+        "attempts": 0,
+        "failures": 0,
+        "created_at": at,
+        "started_at": None,
+        "finished_at": None,
+    }
+
+
+def _active_workloads(
+    session: Session,
+    queues: dict[int, str],
+    nodes: dict[int, str],
+    idle: set[str],
+    after: int,
+) -> tuple[tuple[Workload, ...], int]:
+    """Pending and running workloads with an id above `after`, as the engine reads them,
+    and the newest id among them (`after` when there is none). Plain rows, not ORM
+    objects, and only the columns the engine reads: this runs every cycle."""
+    active = WorkloadRow.status.in_(ACTIVE)
+    rows = session.execute(
+        select(
+            WorkloadRow.id,
+            WorkloadRow.name,
+            WorkloadRow.queue_id,
+            WorkloadRow.priority,
+            WorkloadRow.preemptible,
+            WorkloadRow.min_available,
+            WorkloadRow.node_selector,
+            WorkloadRow.topology_key,
+            WorkloadRow.topology_required,
+        )
+        .where(active, WorkloadRow.id > after)
+        .order_by(WorkloadRow.id)
+    ).all()
+    if not rows:
+        return (), after
+    # Task groups and placements of the workloads just read, and of no later ones: a
+    # workload and its task groups are committed together, so every row read has its own.
+    newest: int = rows[-1].id
+    span = (WorkloadRow.id > after, WorkloadRow.id <= newest)
+    groups: dict[int, list[TaskGroup]] = {}
+    for g in session.execute(
+        select(
+            TaskGroupRow.workload_id,
+            TaskGroupRow.name,
+            TaskGroupRow.replicas,
+            TaskGroupRow.gpu,
+            TaskGroupRow.gpu_memory,
+            TaskGroupRow.cpu,
+            TaskGroupRow.memory,
+        )
+        .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
+        .where(active, *span)
+        .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
+    ):
+        groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
+    placed: dict[int, list[Placement]] = {}
+    for p in session.execute(
+        select(
+            PlacementRow.workload_id,
+            PlacementRow.task,
+            PlacementRow.node_id,
+            PlacementRow.devices,
+            PlacementRow.gpu,
+        )
+        .join(WorkloadRow, PlacementRow.workload_id == WorkloadRow.id)
+        .where(active, *span)
+        .order_by(PlacementRow.workload_id, PlacementRow.task)
+    ):
+        placed.setdefault(p[0], []).append(Placement(p[1], nodes[p[2]], tuple(p[3]), p[4]))
+    workloads = tuple(
+        Workload(
+            name=w.name,
+            queue=queues[w.queue_id],
+            task_groups=tuple(groups.get(w.id, ())),
+            priority=w.priority,
+            preemptible=w.preemptible,
+            min_available=w.min_available,
+            node_selector={k: tuple(v) for k, v in w.node_selector.items()},
+            topology=(Topology(w.topology_key, w.topology_required) if w.topology_key else None),
+            submitted=float(w.id),
+            placements=tuple(placed.get(w.id, ())),
+            idle=w.name in idle,
+        )
+        for w in rows
+    )
+    return workloads, newest
 
 
 def _new_token(session: Session, user: UserRow) -> str:

@@ -62,6 +62,19 @@ class WorkloadRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterCounts:
+    """Totals over the whole cluster, counted by the database."""
+
+    nodes: int
+    nodes_ready: int
+    gpus: int
+    virtual_gpus: int
+    gpus_allocated: float
+    workloads: dict[str, int]
+    queues: int
+
+
+@dataclass(frozen=True, slots=True)
 class EventRecord:
     id: int
     time: float

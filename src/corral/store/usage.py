@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import Connection, event, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Row, event, func, insert, or_, select, update
 from sqlalchemy.orm import Mapper, Session
 
 from corral.store.records import STATUSES
@@ -40,31 +40,70 @@ USAGE_KEYS: tuple[UsageKey, ...] = ("project", "department", "user", "workload")
 # -- allocation intervals -----------------------------------------------------------------
 
 
+# Placements inserted by the current flush, per connection: their intervals are opened
+# together once the flush is done (one query per table, not four per placement).
+_BOUND = "corral.usage.bound"
+
+
 @event.listens_for(PlacementRow, "after_insert")
 def _placement_bound(_mapper: Mapper[Any], connection: Connection, target: PlacementRow) -> None:
-    workload = connection.execute(
-        select(
-            WorkloadRow.name, WorkloadRow.user, WorkloadRow.priority, WorkloadRow.queue_id
-        ).where(WorkloadRow.id == target.workload_id)
-    ).one()
-    project, departments = _queue_path(connection, workload.queue_id)
-    node = connection.scalar(select(NodeRow.name).where(NodeRow.id == target.node_id))
-    connection.execute(
-        insert(AllocationRow).values(
-            placement_id=target.id,
-            workload=workload.name,
-            task=target.task,
-            project=project,
-            departments=departments,
-            user=workload.user,
-            priority=workload.priority,
-            node=node or "",
-            devices=list(target.devices),
-            gpu=target.gpu,
-            start=target.created_at,
-            end=None,
+    connection.info.setdefault(_BOUND, []).append(target)
+
+
+@event.listens_for(Session, "after_flush")
+def _open_intervals(session: Session, _context: Any) -> None:
+    connection = session.connection()
+    bound: list[PlacementRow] = connection.info.pop(_BOUND, [])
+    if not bound:
+        return
+    workloads = {
+        row.id: row
+        for row in connection.execute(
+            select(
+                WorkloadRow.id,
+                WorkloadRow.name,
+                WorkloadRow.user,
+                WorkloadRow.priority,
+                WorkloadRow.queue_id,
+            ).where(WorkloadRow.id.in_({p.workload_id for p in bound}))
         )
+    }
+    queues = {
+        row.id: row
+        for row in connection.execute(select(QueueRow.id, QueueRow.name, QueueRow.parent_id))
+    }
+    nodes = dict(
+        connection.execute(
+            select(NodeRow.id, NodeRow.name).where(NodeRow.id.in_({p.node_id for p in bound}))
+        ).all()
     )
+    rows = []
+    for placement in bound:
+        workload = workloads[placement.workload_id]
+        path = _queue_path(queues, workload.queue_id)
+        rows.append(
+            {
+                "placement_id": placement.id,
+                "workload": workload.name,
+                "task": placement.task,
+                "project": path[0],
+                "departments": path[1:],
+                "user": workload.user,
+                "priority": workload.priority,
+                "node": nodes.get(placement.node_id, ""),
+                "devices": list(placement.devices),
+                "gpu": placement.gpu,
+                "start": placement.created_at,
+                "end": None,
+            }
+        )
+    connection.execute(insert(AllocationRow), rows)
+
+
+@event.listens_for(Engine, "rollback")
+def _forget_bound(connection: Connection) -> None:
+    # A flush that failed between its inserts and its end leaves nothing to open.
+    connection.info.pop(_BOUND, None)
 
 
 @event.listens_for(PlacementRow, "after_delete")
@@ -76,17 +115,14 @@ def _placement_released(_mapper: Mapper[Any], connection: Connection, target: Pl
     )
 
 
-def _queue_path(connection: Connection, queue_id: int) -> tuple[str, list[str]]:
+def _queue_path(queues: dict[int, Row[int, str, int | None]], queue_id: int) -> list[str]:
     """The queue's name and its ancestors' names, nearest first."""
     names = []
     current: int | None = queue_id
     while current is not None:
-        row = connection.execute(
-            select(QueueRow.name, QueueRow.parent_id).where(QueueRow.id == current)
-        ).one()
-        names.append(row.name)
-        current = row.parent_id
-    return names[0], names[1:]
+        names.append(queues[current].name)
+        current = queues[current].parent_id
+    return names
 
 
 @dataclass(frozen=True, slots=True)

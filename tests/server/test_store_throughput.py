@@ -1,0 +1,296 @@
+"""What makes the control plane fast, and must not make it wrong: group commit of
+submissions, the snapshot the scheduler keeps between cycles, the token cache, the
+database-side cluster counts, and server-made names that clash.
+
+Each runs against a real store in this process, on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import event
+
+from corral.model import Node, Queue, Resources, TaskGroup
+from corral.model.spec import Device, NodeSpec, WorkloadSpec
+from corral.server import app as server_app
+from corral.server.app import create_app
+from corral.server.scheduler import SchedulerLoop
+from corral.store import Conflict, Invalid, Store
+from corral.store.schema import NodeRow
+
+
+def spec(name: str, project: str = "team", gpu: float = 1.0, **extra: Any) -> WorkloadSpec:
+    return WorkloadSpec(
+        name=name,
+        project=project,
+        user="alice",
+        task_groups=(TaskGroup("main", 1, gpu),),
+        command=("true",),
+        **extra,
+    )
+
+
+def node(name: str, gpus: int = 4) -> NodeSpec:
+    return NodeSpec(
+        Node(name, gpus=gpus),
+        tuple(Device(i, f"{name}-{i}", "virtual", 80 << 30, True) for i in range(gpus)),
+        virtual=True,
+    )
+
+
+def prepared(store: Store, nodes: int = 2) -> Store:
+    store.create_queue(Queue("team", deserved=Resources(gpu=nodes * 4)))
+    for index in range(nodes):
+        store.register_node(node(f"n{index}"))
+    return store
+
+
+def commits(store: Store) -> list[float]:
+    """Appends the time of every transaction the store commits from now on."""
+    seen: list[float] = []
+    event.listen(store.engine, "commit", lambda _connection: seen.append(time.time()))
+    return seen
+
+
+# -- group commit --------------------------------------------------------------------------
+
+
+def test_queued_submissions_share_one_transaction(store: Store) -> None:
+    prepared(store)
+    seen = commits(store)
+    results: dict[str, Any] = {}
+
+    def submit(name: str) -> None:
+        try:
+            results[name] = store.submit(spec(name))
+        except Exception as error:
+            results[name] = error
+
+    names = [f"w{i}" for i in range(10)]
+    # Hold the write lock (as a scheduling cycle does) while ten submissions arrive.
+    with store.writing():
+        threads = [threading.Thread(target=submit, args=(name,)) for name in names]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while len(store._queued) < len(names):
+            assert time.monotonic() < deadline, "submissions did not queue"
+            time.sleep(0.01)
+        assert not results, "a submission returned before it was committed"
+    for thread in threads:
+        thread.join(10)
+    assert len(seen) == 1, f"{len(seen)} transactions for {len(names)} queued submissions"
+    assert sorted(results) == names
+    ids = [results[name].id for name in names]
+    assert len(set(ids)) == len(names)
+    stored = {record.name: record for record in store.list_workloads()}
+    assert sorted(stored) == names
+    for name in names:
+        assert stored[name].status == "pending"
+        assert stored[name].spec == spec(name)
+        assert stored[name].id == results[name].id
+        assert stored[name].created_at == pytest.approx(results[name].created_at)
+    assert Counter(e.kind for e in store.events())["submitted"] == len(names)
+
+
+def test_each_submission_of_a_batch_gets_its_own_error(store: Store) -> None:
+    prepared(store)
+    store.create_queue(Queue("dept"))
+    store.create_queue(Queue("inner", parent="dept"))
+    store.submit(spec("taken"))
+    batch = [
+        spec("a"),
+        spec("taken"),  # exists already
+        spec("b", project="nowhere"),  # no such queue
+        spec("c", project="dept"),  # a department
+        spec("d"),
+        spec("d"),  # the same name twice in one batch: the first wins
+        # Passes every check but cannot be written (not JSON): fails alone.
+        spec("e", env={"KEY": object()}),  # type: ignore[dict-item]
+        spec("f"),
+    ]
+    outcomes: list[Any] = [None] * len(batch)
+
+    def submit(index: int) -> None:
+        try:
+            outcomes[index] = store.submit(batch[index])
+        except Exception as error:
+            outcomes[index] = error
+
+    with store.writing():
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(len(batch))]
+        for thread in threads:
+            thread.start()
+        while len(store._queued) < len(batch):
+            time.sleep(0.01)
+    for thread in threads:
+        thread.join(10)
+    kinds = [type(outcome).__name__ for outcome in outcomes]
+    assert isinstance(outcomes[1], Conflict)
+    assert isinstance(outcomes[2], Invalid) and outcomes[2].field == "project"
+    assert isinstance(outcomes[3], Invalid) and "department" in str(outcomes[3])
+    assert sorted(kinds[4:6]) == ["Conflict", "WorkloadRecord"]
+    assert isinstance(outcomes[6], Exception) and not isinstance(outcomes[6], Conflict | Invalid)
+    assert kinds[0] == kinds[7] == "WorkloadRecord"
+    assert sorted(r.name for r in store.list_workloads()) == ["a", "d", "f", "taken"]
+    submitted = sorted(e.workload or "" for e in store.events() if e.kind == "submitted")
+    assert submitted == ["a", "d", "f", "taken"]
+
+
+def test_concurrent_submissions_are_each_stored_once(store: Store) -> None:
+    prepared(store)
+    accepted: list[str] = []
+    refused: list[str] = []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        for i in range(25):
+            # Every client also submits names that another client submits.
+            name = f"w-{(k * 25 + i) % 300}"
+            try:
+                record = store.submit(spec(name))
+            except Conflict:
+                with lock:
+                    refused.append(name)
+            else:
+                assert record.name == name
+                with lock:
+                    accepted.append(name)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    stored = [record.name for record in store.list_workloads()]
+    assert sorted(stored) == sorted(accepted)
+    assert len(set(accepted)) == len(accepted) == 300
+    assert len(refused) == 16 * 25 - 300
+    assert store.integrity_problems() == []
+
+
+# -- the snapshot the scheduler keeps ------------------------------------------------------
+
+
+def test_the_kept_snapshot_follows_the_store(store: Store) -> None:
+    prepared(store)
+    loop = SchedulerLoop(store)
+    loop.verify = True
+    for i in range(3):
+        store.submit(spec(f"w{i}"))
+    assert set(loop.run_cycle().bindings) == {"w0", "w1", "w2"}
+    assert loop.full_snapshots == 1
+    # New submissions only: the kept snapshot and the new rows, checked against a full read.
+    for i in range(3, 6):
+        store.submit(spec(f"w{i}", gpu=2.0))
+    assert set(loop.run_cycle().bindings) == {"w3", "w4"}
+    assert loop.last is not None and "w5" in loop.last.pending
+    assert loop.full_snapshots == 1
+    loop.run_cycle()
+    assert loop.full_snapshots == 1
+    # Any other change reads the whole store again.
+    store.delete_workload("w3", "alice")
+    assert set(loop.run_cycle().bindings) == {"w5"}
+    assert loop.full_snapshots == 2
+    store.submit(spec("w6"))
+    loop.run_cycle()
+    assert loop.full_snapshots == 2
+    running = {r.name for r in store.list_workloads(status="running")}
+    assert running == {"w0", "w1", "w2", "w4", "w5", "w6"}
+
+
+def test_a_change_the_generation_missed_fails_the_check(store: Store) -> None:
+    """The check is what guards the kept snapshot: a write that changes what the engine
+    reads but does not move the generation (a bug) must be caught, not scheduled on."""
+    prepared(store)
+    loop = SchedulerLoop(store)
+    loop.verify = True
+    store.submit(spec("w0"))
+    loop.run_cycle()
+    with store._write(relevant=False) as session:
+        for row in session.query(NodeRow).all():
+            row.schedulable = False
+    with pytest.raises(AssertionError, match="nodes or queues differ"):
+        loop.run_cycle()
+
+
+def test_the_kept_snapshot_is_read_again_after_a_while(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared(store)
+    loop = SchedulerLoop(store)
+    store.submit(spec("w0"))
+    loop.run_cycle()
+    loop.run_cycle()
+    assert loop.full_snapshots == 1
+    monkeypatch.setattr("corral.server.scheduler.FULL_SNAPSHOT_SECONDS", 0.0)
+    loop.run_cycle()
+    assert loop.full_snapshots == 2
+
+
+# -- tokens, counts, names -----------------------------------------------------------------
+
+
+def test_a_remembered_token_follows_changes_to_its_user(store: Store) -> None:
+    store.create_queue(Queue("team"))
+    _, token = store.create_user("bob", "member", "team")
+    found = store.authenticate(token)
+    assert found is not None and found.project == "team"
+    assert store.authenticate(token) == found
+    store.delete_queue("team")
+    after = store.authenticate(token)
+    assert after is not None and after.project is None
+    assert store.authenticate(token + "x") is None
+
+
+def test_counts_agree_with_the_records(store: Store) -> None:
+    prepared(store, nodes=3)
+    store.set_schedulable("n2", False)
+    loop = SchedulerLoop(store)
+    for i in range(5):
+        store.submit(spec(f"w{i}", gpu=0.5 if i % 2 else 3.0))
+    loop.run_cycle()
+    store.suspend("w4", "alice")
+    counts = store.counts()
+    nodes = store.list_nodes()
+    workloads = store.list_workloads()
+    assert counts.nodes == len(nodes) == 3
+    assert counts.gpus == sum(n.node.gpus for n in nodes) == 12
+    assert counts.virtual_gpus == 12
+    assert counts.nodes_ready == 3
+    assert counts.gpus_allocated == pytest.approx(sum(t.gpu for n in nodes for t in n.tasks))
+    assert counts.gpus_allocated > 0
+    assert counts.workloads == {
+        status: sum(1 for w in workloads if w.status == status)
+        for status in ("pending", "running", "suspended", "succeeded", "failed")
+    }
+    assert counts.workloads["suspended"] == 1
+    assert counts.queues == 1
+
+
+def test_a_server_made_name_that_clashes_is_drawn_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared(store)
+    token = store.ensure_admin()
+    draws = iter(["aaaaaa", "aaaaaa", "bbbbbb", *["cccccc"] * 10])
+    monkeypatch.setattr(server_app.secrets, "token_hex", lambda _n: next(draws))
+    app = create_app(store, run_scheduler=False)
+    body = {"project": "team", "tasks": [{"gpu": 1}], "command": ["true"]}
+    with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
+        first = client.post("/api/v1/workloads", json=body)
+        second = client.post("/api/v1/workloads", json=body)
+        assert (first.status_code, second.status_code) == (201, 201)
+        assert first.json()["name"] == "team-aaaaaa"
+        assert second.json()["name"] == "team-bbbbbb"
+        # Every draw clashes: after NAME_ATTEMPTS draws the clash is reported.
+        client.post("/api/v1/workloads", json=body)
+        last = client.post("/api/v1/workloads", json=body)
+        assert last.status_code == 409, last.text
+        assert "team-cccccc" in last.json()["detail"]

@@ -153,14 +153,32 @@ def test_apply_names_the_document_and_field_that_is_wrong(
         "{name: apx-ok, tasks: [{gpu: 1}], node_selector: {pool: nowhere}}\n---\n"
         "{name: apx-bad, tasks: [{gpu: 1.5}]}\n"
     )
-    partly = admin.run("apply", "-f", str(path), "-p", "apx")
-    assert partly.returncode == 2
-    assert partly.stdout == "Submitted apx-ok to apx (pending).\n"
-    assert partly.stderr == (
+    # All the documents, or none: a bad one stops the good ones before it too.
+    refused = admin.run("apply", "-f", str(path), "-p", "apx")
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    assert refused.stderr == (
         f"{path}, document 2 (apx-bad): tasks[0].gpu: a GPU request of 1 or more must be a "
-        "whole number of devices (submitted before it: apx-ok)\n"
+        "whole number of devices (nothing was submitted)\n"
     )
-    assert api.get("/workloads/apx-bad").status_code == 404
+    assert api.get("/workloads/apx-ok").status_code == 404
+    # Checks the store makes name the document too: an unknown project, a name taken.
+    path.write_text(
+        "{name: apx-ok, tasks: [{gpu: 1}], node_selector: {pool: nowhere}}\n---\n"
+        "{name: apx-two, project: nowhere, tasks: [{gpu: 1}]}\n"
+    )
+    assert admin.fails("apply", "-f", str(path), "-p", "apx", code=2) == (
+        f"{path}, document 2 (apx-two): project: unknown queue 'nowhere' (nothing was submitted)"
+    )
+    admin.ok("submit", "apx-two", "-p", "apx", "-g", "1", "--node-selector", "pool=x", "--", "true")
+    path.write_text(
+        "{name: apx-ok, tasks: [{gpu: 1}], node_selector: {pool: nowhere}}\n---\n"
+        "{name: apx-two, tasks: [{gpu: 1}]}\n"
+    )
+    assert admin.fails("apply", "-f", str(path), "-p", "apx", code=1) == (
+        f"{path}: workload 'apx-two' already exists (nothing was submitted)"
+    )
+    assert api.get("/workloads/apx-ok").status_code == 404
     for text, message in [
         ("tasks: [{gpu: 1}]\ncolour: red\n", "colour: Extra inputs are not permitted"),
         # A field of several shapes reports the shape that was meant, by its plain path.
@@ -175,7 +193,7 @@ def test_apply_names_the_document_and_field_that_is_wrong(
         f"{tmp_path / 'none.yaml'}: cannot read it"
     )
     assert [w["name"] for w in api.get("/workloads", params={"project": "apx"}).json()] == [
-        "apx-ok"
+        "apx-two"
     ]
 
 

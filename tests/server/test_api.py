@@ -294,6 +294,58 @@ def test_submit_validation_against_the_store(api: Api) -> None:
     assert len(api.admin.get("/workloads", params={"project": project["name"]}).json()) == 1
 
 
+def test_batch_submission_is_all_or_nothing(api: Api) -> None:
+    pool = unique("pool")
+    project = api.queue()["name"]
+    names = [unique("batch") for _ in range(3)]
+
+    def body(name: str | None, **fields: Any) -> dict[str, Any]:
+        named = {"name": name} if name else {}
+        return {
+            "project": project,
+            "tasks": [{"gpu": 1}],
+            "node_selector": {"pool": pool},
+            **named,
+            **fields,
+        }
+
+    def stored() -> list[str]:
+        listed = api.admin.get("/workloads", params={"project": project}).json()
+        return sorted(workload["name"] for workload in listed)
+
+    # A field the schema refuses, in the third: named by its place; nothing stored.
+    bad = [body(names[0]), body(names[1]), body(names[2], tasks=[{"gpu": 1.5}])]
+    response = api.admin.post("/workloads/batch", json={"workloads": bad})
+    assert names_field(response, "workloads", 2, "tasks", 0, "gpu"), response.text
+    assert stored() == []
+    # A check only the store can make (no such project), in the second.
+    bad = [body(names[0]), body(names[1], project=unique("ghost")), body(names[2])]
+    response = api.admin.post("/workloads/batch", json={"workloads": bad})
+    assert locs(response) == [("body", "workloads", 1, "project")]
+    assert stored() == []
+    # The same name twice, and a name that exists.
+    response = api.admin.post(
+        "/workloads/batch", json={"workloads": [body(names[0]), body(names[0])]}
+    )
+    assert response.status_code == 409 and "twice" in response.json()["detail"]
+    taken = api.submit(project, pool, name=unique("taken"))["name"]
+    response = api.admin.post("/workloads/batch", json={"workloads": [body(names[0]), body(taken)]})
+    assert response.status_code == 409 and taken in response.json()["detail"]
+    assert stored() == [taken]
+    # All good: all stored, in order, with server-made names where none was given.
+    response = api.admin.post(
+        "/workloads/batch", json={"workloads": [body(names[0]), body(None), body(names[2])]}
+    )
+    assert response.status_code == 201, response.text
+    made = [workload["name"] for workload in response.json()]
+    assert made[0] == names[0] and made[2] == names[2]
+    assert made[1].startswith(f"{project}-")
+    assert stored() == sorted([taken, *made])
+    for name in made:
+        assert api.workload(name)["status"] in ("pending", "running")
+    assert api.admin.post("/workloads/batch", json={"workloads": []}).status_code == 422
+
+
 def test_unknown_workload_is_404(api: Api) -> None:
     name = unique("nothing")
     for method, path in (

@@ -68,6 +68,17 @@ def test_member_cannot_touch_another_project(team: Team) -> None:
     assert team.theirs in response.json()["detail"]
     assert team.api.admin.get(f"/workloads/{name}").status_code == 404
 
+    # A batch with one workload of another project stores none of them.
+    mine, intruder = unique("mine"), unique("intruder")
+    batch = [
+        {**_body(team, team.ours), "name": mine},
+        {**_body(team, team.theirs), "name": intruder},
+    ]
+    response = team.member.post("/workloads/batch", json={"workloads": batch})
+    assert response.status_code == 403, response.text
+    for name in (mine, intruder):
+        assert team.api.admin.get(f"/workloads/{name}").status_code == 404
+
     for method, path in (
         ("DELETE", f"/workloads/{team.their_work}"),
         ("POST", f"/workloads/{team.their_work}/suspend"),

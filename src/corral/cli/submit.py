@@ -5,6 +5,7 @@ Both send the API's WorkloadIn fields. Option values are checked here, so that a
 whose answer names each bad field.
 """
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -265,23 +266,47 @@ def apply_command(
         ),
     ] = None,
 ) -> None:
-    """Submit the workloads described in a YAML file."""
+    """Submit the workloads described in a YAML file: all of them, or none."""
     with reported_errors(ctx):
         documents = _read_documents(file)
         with connect() as client:
             default = project
             if default is None and any("project" not in doc for doc in documents):
                 default = _own_project(client, "-p/--project")
-            submitted: list[str] = []
-            for number, document in enumerate(documents, start=1):
-                try:
-                    workload = client.submit({"project": default, **document})
-                except ApiError as error:
-                    where = _where(file, number, document, len(documents))
-                    before = f" (submitted before it: {', '.join(submitted)})" if submitted else ""
-                    raise ApiError(error.status, f"{where}: {error.message}{before}") from error
-                submitted.append(workload["name"])
+            bodies = [{"project": default, **document} for document in documents]
+            try:
+                if len(bodies) == 1:
+                    workloads = [client.submit(bodies[0])]
+                else:
+                    workloads = client.submit_all(bodies)
+            except ApiError as error:
+                raise _by_document(error, file, documents) from error
+            for workload in workloads:
                 _submitted(workload)
+
+
+_DOCUMENT = re.compile(r"^workloads\[(\d+)\]\.?")
+
+
+def _by_document(error: ApiError, file: str, documents: list[dict[str, Any]]) -> ApiError:
+    """The server's error with `workloads[i].field` told as the file's document i + 1."""
+    count = len(documents)
+    nothing = " (nothing was submitted)" if count > 1 else ""
+    if not error.problems:
+        return ApiError(error.status, f"{_source(file)}: {error.message}{nothing}")
+    lines = []
+    for problem in error.problems:
+        found = _DOCUMENT.match(problem.path)
+        if found and count > 1:
+            number = int(found.group(1)) + 1
+            where = _where(file, number, documents[number - 1], count)
+            path = problem.path[found.end() :]
+        else:
+            where, path = _source(file), problem.path
+        lines.append(
+            f"{where}: {path}: {problem.message}" if path else f"{where}: {problem.message}"
+        )
+    return ApiError(error.status, "; ".join(lines) + nothing, error.problems)
 
 
 def _read_documents(file: str) -> list[dict[str, Any]]:

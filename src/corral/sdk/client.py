@@ -173,6 +173,12 @@ class Client:
         the server names it when `name` is left out."""
         return cast(WorkloadOut, self._request("POST", "/workloads", workload))
 
+    def submit_all(self, workloads: Sequence[Mapping[str, Any]]) -> list[WorkloadOut]:
+        """Submit several workloads together: all of them are stored, or none. A 422
+        names the bad field by its place (`workloads[1].tasks[0].gpu`)."""
+        body = {"workloads": list(workloads)}
+        return cast(list[WorkloadOut], self._request("POST", "/workloads/batch", body))
+
     def get_workload(self, name: str) -> WorkloadOut:
         return cast(WorkloadOut, self._request("GET", f"/workloads/{_segment(name)}"))
 

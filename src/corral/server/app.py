@@ -44,6 +44,7 @@ from corral.server.schemas import (
     UserOut,
     WeightsOut,
     WhyOut,
+    WorkloadBatchIn,
     WorkloadIn,
     WorkloadOut,
 )
@@ -337,6 +338,33 @@ def create_app(
         return await submissions.submit(
             body.to_spec(f"{body.project}-{secrets.token_hex(3)}", user)
         )
+
+    @router.post(
+        "/workloads/batch",
+        response_model=list[WorkloadOut],
+        status_code=201,
+        tags=["workloads"],
+    )
+    def submit_batch(body: WorkloadBatchIn, current: User) -> list[WorkloadOut]:
+        """Submit several workloads in one transaction: all are stored, or none (the
+        first that fails a check is named by its place, `workloads[i]`)."""
+        for item in body.workloads:
+            may_manage(current, item.project)
+        for attempt in range(NAME_ATTEMPTS):
+            specs = [
+                item.to_spec(item.name or f"{item.project}-{secrets.token_hex(3)}", current.name)
+                for item in body.workloads
+            ]
+            try:
+                records = store.submit_all(specs)
+                break
+            except Conflict as clash:
+                # A clash of names the client chose is final; of names drawn here, draw again.
+                chosen = [item.name for item in body.workloads if item.name]
+                if attempt == NAME_ATTEMPTS - 1 or any(repr(n) in str(clash) for n in chosen):
+                    raise
+        loop.trigger()
+        return [workload_out(record) for record in records]
 
     @router.get("/workloads/{name}", response_model=WorkloadOut, tags=["workloads"])
     def get_workload(name: str, _: User) -> WorkloadOut:
@@ -690,7 +718,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def invalid(_request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, Invalid)
-        detail = [{"loc": ["body", error.field], "msg": error.message, "type": "value_error"}]
+        loc = ["body", *error.at, error.field]
+        detail = [{"loc": loc, "msg": error.message, "type": "value_error"}]
         return JSONResponse({"detail": detail}, status_code=422)
 
     app.add_exception_handler(Invalid, invalid)

@@ -40,6 +40,10 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+# The most workloads one batch submission may carry.
+BATCH_LIMIT = 1000
+
+
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -441,6 +445,12 @@ class DeviceIn(Body):
     model: str = Field(min_length=1, max_length=63)
     memory: Memory
     virtual: bool = False
+
+
+class WorkloadBatchIn(Body):
+    """Several workloads submitted together: all of them, or none."""
+
+    workloads: list[WorkloadIn] = Field(min_length=1, max_length=BATCH_LIMIT)
 
 
 class NodeIn(Body):

@@ -349,6 +349,15 @@ class Store:
             self._submit_batch(batch)
         return [item.outcome() for item in batch]
 
+    def submit_all(self, specs: Sequence[WorkloadSpec]) -> list[WorkloadRecord]:
+        """Add pending workloads all together or not at all, in one transaction. The first
+        submission that fails a check fails the whole; an Invalid names it by its place
+        (`at=("workloads", i)`)."""
+        batch = [_Submission(spec, time.time()) for spec in specs]
+        with self._write_lock, self._sessions.begin() as session:
+            written = _insert_submissions(session, batch, atomic=True)
+        return [record for _, record in written]
+
     def _submit_batch(self, batch: list[_Submission]) -> None:
         # A new pending workload is not in a cycle's snapshot and changes nothing it
         # decided: submissions do not bump the generation.
@@ -986,10 +995,10 @@ class _Submission:
 
 
 def _insert_submissions(
-    session: Session, batch: list[_Submission]
+    session: Session, batch: list[_Submission], atomic: bool = False
 ) -> list[tuple[_Submission, WorkloadRecord]]:
     """Check and insert a batch of submissions; those that fail a check get their error
-    and are not written."""
+    and are not written. `atomic`: the first failure is raised, and nothing written."""
     projects = {item.spec.project for item in batch}
     queues = dict(
         session.execute(select(QueueRow.name, QueueRow.id).where(QueueRow.name.in_(projects))).all()
@@ -997,17 +1006,20 @@ def _insert_submissions(
     departments = set(
         session.scalars(select(QueueRow.parent_id).where(QueueRow.parent_id.in_(queues.values())))
     )
-    taken = set(
+    existing = set(
         session.scalars(
             select(WorkloadRow.name).where(WorkloadRow.name.in_({i.spec.name for i in batch}))
         )
     )
+    taken: set[str] = set()
     accepted = []
-    for item in batch:
+    for index, item in enumerate(batch):
         spec = item.spec
         queue = queues.get(spec.project)
-        if spec.name in taken:
+        if spec.name in existing:
             item.error = Conflict(f"workload {spec.name!r} already exists")
+        elif spec.name in taken:
+            item.error = Conflict(f"workload {spec.name!r} is submitted twice")
         elif queue is None:
             item.error = Invalid("project", f"unknown queue {spec.project!r}")
         elif queue in departments:
@@ -1017,6 +1029,12 @@ def _insert_submissions(
         else:
             taken.add(spec.name)
             accepted.append((item, queue))
+            continue
+        if atomic:
+            error = item.error
+            if isinstance(error, Invalid):
+                raise Invalid(error.field, error.message, at=("workloads", index))
+            raise error
     if not accepted:
         return []
     workloads = _WORKLOADS

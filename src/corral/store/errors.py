@@ -18,7 +18,9 @@ class Conflict(StoreError):
 class Invalid(StoreError):
     """A field has a value the current state does not allow (HTTP 422)."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, at: tuple[str | int, ...] = ()) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+        # Where the field sits in a request of several objects: ("workloads", 2).
+        self.at = at

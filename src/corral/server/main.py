@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import socket
+import sys
 from pathlib import Path
 
 import uvicorn
@@ -45,7 +46,15 @@ def serve(data_dir: Path, db_url: str | None, host: str, port: int) -> None:
         print(
             f"admin token (shown once; also in {data_dir / ADMIN_TOKEN_FILE}): {token}", flush=True
         )
+    switch_interval()
     uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+
+
+def switch_interval() -> None:
+    """The scheduler, the submission writer and the API share one interpreter. Python hands
+    the GIL to a waiting thread every 5 ms by default, so a woken scheduler could wait
+    several of those behind request handlers; 1 ms keeps submit-to-bound short."""
+    sys.setswitchinterval(0.001)
 
 
 def node_name() -> str:
@@ -100,4 +109,5 @@ def up(
     print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
     if token is not None:
         print(f"admin token (shown once): {token}", flush=True)
+    switch_interval()
     uvicorn.run(app, host=host, port=port, log_level="warning")

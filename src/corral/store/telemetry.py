@@ -221,94 +221,68 @@ def _weighted(column: Any, weight: Any) -> Any:
     return func.sum(column * weight) / known
 
 
+# What a rollup row holds after its time: the device and task, and the measures.
+_ROLLED = [
+    "node",
+    "device",
+    "workload",
+    "task",
+    "share",
+    "seconds",
+    "samples",
+    "utilization",
+    "memory_used",
+    "memory_total",
+    "power",
+    "temperature",
+    "source",
+]
+
+
+def _rolled(rows: Any, samples: Any) -> list[Any]:
+    """The `_ROLLED` columns aggregated over `rows` (raw samples or minutes) grouped by
+    time, device, task and source; `samples` counts the raw samples."""
+    return [
+        rows.node,
+        rows.device,
+        rows.workload,
+        rows.task,
+        func.max(rows.share),
+        func.sum(rows.seconds),
+        samples,
+        func.sum(rows.utilization * rows.seconds) / func.sum(rows.seconds),
+        func.max(rows.memory_used),
+        func.max(rows.memory_total),
+        _weighted(rows.power, rows.seconds),
+        func.max(rows.temperature),
+        rows.source,
+    ]
+
+
 def _minutes_from_raw(session: Session, start: float, end: float) -> int:
     """Minute rows for the raw samples of [start, end), which lies within one hour."""
     raw = TelemetryRawRow
-    keys = (raw.minute, raw.node, raw.device, raw.workload, raw.task, raw.source)
     query = (
-        select(
-            raw.minute,
-            literal(floor_to(start, HOUR)),
-            raw.node,
-            raw.device,
-            raw.workload,
-            raw.task,
-            func.max(raw.share),
-            func.sum(raw.seconds),
-            func.count(),
-            func.sum(raw.utilization * raw.seconds) / func.sum(raw.seconds),
-            func.max(raw.memory_used),
-            func.max(raw.memory_total),
-            _weighted(raw.power, raw.seconds),
-            func.max(raw.temperature),
-            raw.source,
-        )
+        select(raw.minute, literal(floor_to(start, HOUR)), *_rolled(raw, func.count()))
         .where(raw.minute >= start, raw.minute < end)
-        .group_by(*keys)
+        .group_by(raw.minute, raw.node, raw.device, raw.workload, raw.task, raw.source)
     )
     target = TelemetryMinuteRow
-    columns = [
-        "minute",
-        "hour",
-        "node",
-        "device",
-        "workload",
-        "task",
-        "share",
-        "seconds",
-        "samples",
-        "utilization",
-        "memory_used",
-        "memory_total",
-        "power",
-        "temperature",
-        "source",
-    ]
-    session.execute(insert(target).from_select(columns, query))
+    session.execute(insert(target).from_select(["minute", "hour", *_ROLLED], query))
     # Counted, since drivers differ in what rowcount says of INSERT ... SELECT.
     return _count(session, target.minute, start, end)
 
 
 def _hours_from_minutes(session: Session, start: float, end: float) -> int:
     minute = TelemetryMinuteRow
-    keys = (minute.hour, minute.node, minute.device, minute.workload, minute.task, minute.source)
     query = (
-        select(
-            minute.hour,
-            minute.node,
-            minute.device,
-            minute.workload,
-            minute.task,
-            func.max(minute.share),
-            func.sum(minute.seconds),
-            func.sum(minute.samples),
-            func.sum(minute.utilization * minute.seconds) / func.sum(minute.seconds),
-            func.max(minute.memory_used),
-            func.max(minute.memory_total),
-            _weighted(minute.power, minute.seconds),
-            func.max(minute.temperature),
-            minute.source,
-        )
+        select(minute.hour, *_rolled(minute, func.sum(minute.samples)))
         .where(minute.hour >= start, minute.hour < end)
-        .group_by(*keys)
+        .group_by(
+            minute.hour, minute.node, minute.device, minute.workload, minute.task, minute.source
+        )
     )
-    columns = [
-        "hour",
-        "node",
-        "device",
-        "workload",
-        "task",
-        "share",
-        "seconds",
-        "samples",
-        "utilization",
-        "memory_used",
-        "memory_total",
-        "power",
-        "temperature",
-        "source",
-    ]
-    session.execute(insert(TelemetryHourRow).from_select(columns, query))
+    session.execute(insert(TelemetryHourRow).from_select(["hour", *_ROLLED], query))
     return _count(session, TelemetryHourRow.hour, start, end)
 
 

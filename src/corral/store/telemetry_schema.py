@@ -15,7 +15,26 @@ from sqlalchemy.orm import Mapped, mapped_column
 from corral.store.schema import NAME, Base
 
 
-class TelemetryRawRow(Base):
+class Measured:
+    """What every telemetry table holds of a device: which one, the task on it and its
+    share, the seconds the row stands for (at most 60 in a minute row when sampling is
+    regular), and what was measured (time-weighted averages in rollups)."""
+
+    node: Mapped[str] = mapped_column(String(NAME))
+    device: Mapped[int] = mapped_column(Integer)
+    workload: Mapped[str | None] = mapped_column(String(NAME))
+    task: Mapped[int | None] = mapped_column(Integer)
+    share: Mapped[float] = mapped_column(Float)
+    seconds: Mapped[float] = mapped_column(Float)
+    utilization: Mapped[float] = mapped_column(Float)
+    memory_used: Mapped[int] = mapped_column(BigInteger)
+    memory_total: Mapped[int] = mapped_column(BigInteger)
+    power: Mapped[float | None] = mapped_column(Float)
+    temperature: Mapped[float | None] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(16))
+
+
+class TelemetryRawRow(Measured, Base):
     """One sample as an agent reported it (corral.model.telemetry.Sample)."""
 
     __tablename__ = "telemetry_raw"
@@ -31,21 +50,9 @@ class TelemetryRawRow(Base):
     # The minute (its start) of the middle of the stretch the sample stands for, so that
     # rollups group without date arithmetic in SQL.
     minute: Mapped[float] = mapped_column(Float)
-    node: Mapped[str] = mapped_column(String(NAME))
-    device: Mapped[int] = mapped_column(Integer)
-    workload: Mapped[str | None] = mapped_column(String(NAME))
-    task: Mapped[int | None] = mapped_column(Integer)
-    share: Mapped[float] = mapped_column(Float)
-    seconds: Mapped[float] = mapped_column(Float)
-    utilization: Mapped[float] = mapped_column(Float)
-    memory_used: Mapped[int] = mapped_column(BigInteger)
-    memory_total: Mapped[int] = mapped_column(BigInteger)
-    power: Mapped[float | None] = mapped_column(Float)
-    temperature: Mapped[float | None] = mapped_column(Float)
-    source: Mapped[str] = mapped_column(String(16))
 
 
-class TelemetryMinuteRow(Base):
+class TelemetryMinuteRow(Measured, Base):
     """The samples of one minute, per device and task: time-weighted averages."""
 
     __tablename__ = "telemetry_minute"
@@ -58,23 +65,11 @@ class TelemetryMinuteRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     minute: Mapped[float] = mapped_column(Float)
     hour: Mapped[float] = mapped_column(Float)
-    node: Mapped[str] = mapped_column(String(NAME))
-    device: Mapped[int] = mapped_column(Integer)
-    workload: Mapped[str | None] = mapped_column(String(NAME))
-    task: Mapped[int | None] = mapped_column(Integer)
-    share: Mapped[float] = mapped_column(Float)
-    # Seconds of the minute the samples stand for (at most 60 when sampling is regular).
-    seconds: Mapped[float] = mapped_column(Float)
+    # The raw samples the row stands for.
     samples: Mapped[int] = mapped_column(Integer)
-    utilization: Mapped[float] = mapped_column(Float)
-    memory_used: Mapped[int] = mapped_column(BigInteger)
-    memory_total: Mapped[int] = mapped_column(BigInteger)
-    power: Mapped[float | None] = mapped_column(Float)
-    temperature: Mapped[float | None] = mapped_column(Float)
-    source: Mapped[str] = mapped_column(String(16))
 
 
-class TelemetryHourRow(Base):
+class TelemetryHourRow(Measured, Base):
     """The minutes of one hour, per device and task: time-weighted averages."""
 
     __tablename__ = "telemetry_hour"
@@ -85,19 +80,7 @@ class TelemetryHourRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     hour: Mapped[float] = mapped_column(Float)
-    node: Mapped[str] = mapped_column(String(NAME))
-    device: Mapped[int] = mapped_column(Integer)
-    workload: Mapped[str | None] = mapped_column(String(NAME))
-    task: Mapped[int | None] = mapped_column(Integer)
-    share: Mapped[float] = mapped_column(Float)
-    seconds: Mapped[float] = mapped_column(Float)
     samples: Mapped[int] = mapped_column(Integer)
-    utilization: Mapped[float] = mapped_column(Float)
-    memory_used: Mapped[int] = mapped_column(BigInteger)
-    memory_total: Mapped[int] = mapped_column(BigInteger)
-    power: Mapped[float | None] = mapped_column(Float)
-    temperature: Mapped[float | None] = mapped_column(Float)
-    source: Mapped[str] = mapped_column(String(16))
 
 
 class TelemetryStateRow(Base):

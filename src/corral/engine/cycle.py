@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from corral.engine.fairshare import Claim, divide
+from corral.engine.fragmentation import Fragmentation, shapes_of
 from corral.engine.ordering import Candidate, FairOrder, Request
 from corral.engine.placement import Allowed, Failure, Placer
 from corral.engine.state import (
@@ -80,8 +81,15 @@ class Cycle:
     def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
         self.config = config
         self.queues = _build_queues(snapshot)
-        self.state = ClusterState(snapshot.nodes, self.queues)
-        self.placer = Placer(self.state, config)
+        fragmentation = Fragmentation(
+            snapshot.nodes,
+            shapes_of(
+                snapshot.workloads,
+                max((node.gpu_memory for node in snapshot.nodes if node.gpus), default=0),
+            ),
+        )
+        self.state = ClusterState(snapshot.nodes, self.queues, fragmentation.kind_of)
+        self.placer = Placer(self.state, config, fragmentation)
         self.workloads: list[WorkloadState] = []
         self.by_node: dict[str, list[WorkloadState]] = {}
         for workload in sorted(snapshot.workloads, key=lambda w: (w.submitted, w.name)):

@@ -101,7 +101,7 @@ def test_usable_capacity_by_hand() -> None:
     # Shapes: 1 GPU with 8 CPU (x2), 0.5 GPU with 4 CPU (x1), CPU only (x1).
     node = Node("n", gpus=4, cpu=32)
     shapes = shapes_of(
-        [job("a", 1, cpu=8), job("b", 1, cpu=8), job("c", 0.5, cpu=4), job("d", 0, cpu=2)],
+        [(job("a", 1, cpu=8), 2), (job("c", 0.5, cpu=4), 1), (job("d", 0, cpu=2), 1)],
         node.gpu_memory,
     )
     model = Fragmentation([node], shapes)

@@ -72,7 +72,7 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
         placements.extend(started)
         placements.sort(key=lambda p: p.task)
         workloads.append(replace(workload, placements=tuple(placements)))
-    return Snapshot(snapshot.nodes, snapshot.queues, tuple(workloads))
+    return Snapshot(snapshot.nodes, snapshot.queues, tuple(workloads), snapshot.hidden)
 
 
 class Cycle:
@@ -84,7 +84,7 @@ class Cycle:
         fragmentation = Fragmentation(
             snapshot.nodes,
             shapes_of(
-                snapshot.workloads,
+                (*((workload, 1) for workload in snapshot.workloads), *snapshot.hidden),
                 max((node.gpu_memory for node in snapshot.nodes if node.gpus), default=0),
             ),
         )

@@ -37,15 +37,15 @@ Shape = tuple[float, float, Selector]
 NodeKey = tuple[int, tuple[float, ...], float]
 
 
-def shapes_of(workloads: Iterable[Workload], max_device_memory: int) -> Counter[Shape]:
-    """Tasks per shape over `workloads`; a GPU-memory request counts as its share of the
-    largest device."""
+def shapes_of(workloads: Iterable[tuple[Workload, int]], max_device_memory: int) -> Counter[Shape]:
+    """Tasks per shape over `workloads` (each with how many times it counts); a
+    GPU-memory request counts as its share of the largest device."""
     counts: Counter[Shape] = Counter()
-    for workload in workloads:
+    for workload, times in workloads:
         selector = tuple(sorted(workload.node_selector.items()))
         for group in workload.task_groups:
             shape = (_nominal(group, max_device_memory), group.cpu, selector)
-            counts[shape] += group.replicas
+            counts[shape] += group.replicas * times
     return counts
 
 

@@ -103,12 +103,12 @@ class Cycle:
             for placement in workload.placements:
                 if placement.node not in self.state.by_name:
                     raise ValueError(f"workload {ws.name}: unknown node {placement.node!r}")
-                self.state.bind(ws, placement)
+                self.state.load(ws, placement)
                 ws.original[placement.task] = placement
                 on_node = self.by_node.setdefault(placement.node, [])
                 if ws not in on_node:
                     on_node.append(ws)
-        self.state.journal.clear()
+        self.state.index()
         self._compute_fair_shares()
         self.evictions: list[Eviction] = []
         # Workloads evicted or moved this cycle are not victims again in the same cycle.
@@ -422,6 +422,11 @@ class Cycle:
 
     def preempt(self) -> None:
         """Within one queue, higher-priority work evicts lower-priority preemptible work."""
+        # The lowest priority in each queue: work at or below it has nothing to preempt.
+        lowest: dict[str, int] = {}
+        for ws in self.workloads:
+            name = ws.queue.name
+            lowest[name] = min(lowest.get(name, ws.workload.priority), ws.workload.priority)
         for candidate in self._pending_in_order():
             ws = candidate.workload
             # Victims are preemptible, so evicting them never makes room within deserved.
@@ -433,10 +438,14 @@ class Cycle:
                 return self._first_unit(ws.queue, ws, priority)
 
             placed, _ = self._evict_for(candidate, next_victim, "preempt")
-            if not placed and any(
-                other.running and other.workload.priority < priority
-                for other in self.workloads
-                if other.queue is ws.queue
+            if (
+                not placed
+                and priority > lowest[ws.queue.name]
+                and any(
+                    other.running and other.workload.priority < priority
+                    for other in self.workloads
+                    if other.queue is ws.queue
+                )
             ):
                 self._note(
                     ws,

@@ -100,14 +100,15 @@ class Cycle:
                 )
             ws = WorkloadState(workload, queue, workload.tasks())
             self.workloads.append(ws)
+            on_nodes: set[str] = set()
             for placement in workload.placements:
                 if placement.node not in self.state.by_name:
                     raise ValueError(f"workload {ws.name}: unknown node {placement.node!r}")
                 self.state.load(ws, placement)
                 ws.original[placement.task] = placement
-                on_node = self.by_node.setdefault(placement.node, [])
-                if ws not in on_node:
-                    on_node.append(ws)
+                if placement.node not in on_nodes:
+                    on_nodes.add(placement.node)
+                    self.by_node.setdefault(placement.node, []).append(ws)
         self.state.index()
         self._compute_fair_shares()
         self.evictions: list[Eviction] = []
@@ -177,7 +178,7 @@ class Cycle:
         for ws in self.workloads:
             if not ws.running:
                 order.add(self._gang_candidate(ws))
-            elif ws.workload.elastic and len(ws.running) < len(ws.tasks):
+            elif len(ws.running) < len(ws.tasks) and ws.workload.elastic:
                 order.add(self._growth_candidate(ws))
         order.refresh_all(list(self.queues.values()))
         while (candidate := order.pop()) is not None:

@@ -185,8 +185,10 @@ class ClusterState:
             used = node.used
             for device in placement.devices:
                 before = used[device]
-                used[device] = _round(before + per_device)
-                node.free_whole -= (before == 0.0) - (used[device] == 0.0)
+                # A whole device needs no rounding (the common case, and this is hot).
+                after = 1.0 if before == 0.0 and per_device == 1.0 else _round(before + per_device)
+                used[device] = after
+                node.free_whole -= (before == 0.0) - (after == 0.0)
         self._count(workload, placement, group, 1.0)
         workload.running[placement.task] = placement
 

@@ -27,7 +27,9 @@ from corral.model import Node, TaskGroup, Workload
 from corral.model.resources import EPSILON
 
 # The most common shapes are enough: the rest weigh little and each shape costs time.
-MAX_SHAPES = 48
+# (On the Alibaba trace 48 shapes left 4.98% unallocated, 128 4.86%; with GPU-model
+# constraints on a third of the tasks, 48 left 13.64%, 256 12.61%.)
+MAX_SHAPES = 256
 
 Selector = tuple[tuple[str, tuple[str, ...]], ...]
 # (GPUs: a whole count, a fraction or 0; CPU cores; node selector)
@@ -69,12 +71,18 @@ class Fragmentation:
         kinds: dict[tuple[object, ...], int] = {}
         self._whole: list[list[tuple[int, float, float]]] = []
         self._fraction: list[list[tuple[float, float, float]]] = []
+        # Which shapes a node hosts depends only on its labels that selectors name.
+        named = sorted({key for shape, _ in gpu_shapes for key, _ in shape[2]})
+        hosted_by: dict[tuple[str | None, ...], tuple[int, ...]] = {}
         for node in nodes:
-            hosts = tuple(
-                at
-                for at, (shape, _) in enumerate(gpu_shapes)
-                if all(node.label(key) in values for key, values in shape[2])
-            )
+            labels = tuple(node.label(key) for key in named)
+            hosts = hosted_by.get(labels)
+            if hosts is None:
+                hosts = hosted_by[labels] = tuple(
+                    at
+                    for at, (shape, _) in enumerate(gpu_shapes)
+                    if all(node.label(key) in values for key, values in shape[2])
+                )
             key = (node.gpus, node.gpu_memory, node.cpu, node.memory, hosts)
             number = kinds.get(key)
             if number is None:

@@ -354,11 +354,23 @@ class Cycle:
 
     def reclaim(self) -> None:
         """Queues under their fair share take GPUs back from queues above theirs."""
+        everything = (1.0, 1.0, 1.0)
+        if not any(
+            queue.leaf and _over_fair_share(queue, everything) for queue in self.queues.values()
+        ):
+            return
+        # Whether another queue is over its fair share changes only when a reclaim is made.
+        anyone_over: dict[tuple[str, bool, bool, bool], bool] = {}
         for candidate in self._pending_in_order():
             ws = candidate.workload
             if self.quota_block(ws, candidate.request) is not None:
                 continue
-            if not self._anyone_over_fair_share(ws, candidate.request):
+            request = candidate.request
+            key = (ws.queue.name, request[0] > EPSILON, request[1] > EPSILON, request[2] > EPSILON)
+            anyone = anyone_over.get(key)
+            if anyone is None:
+                anyone = anyone_over[key] = self._anyone_over_fair_share(ws, request)
+            if not anyone:
                 continue
             reach = _within_fair_share(ws.queue, candidate.request)
             if reach == 0:
@@ -372,7 +384,9 @@ class Cycle:
             placed, tried = self._evict_for(
                 candidate, self._reclaim_victims(candidate, reach), "reclaim"
             )
-            if not placed:
+            if placed:
+                anyone_over.clear()
+            else:
                 self._note(
                     ws,
                     "cannot reclaim: evicting work of queues over their fair share would not "

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from corral.engine.fairshare import Claim, divide
+from corral.engine.fragmentation import Fragmentation, shapes_of
 from corral.engine.ordering import Candidate, FairOrder, Request
 from corral.engine.placement import Allowed, Failure, Placer
 from corral.engine.state import (
@@ -71,7 +72,7 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
         placements.extend(started)
         placements.sort(key=lambda p: p.task)
         workloads.append(replace(workload, placements=tuple(placements)))
-    return Snapshot(snapshot.nodes, snapshot.queues, tuple(workloads))
+    return Snapshot(snapshot.nodes, snapshot.queues, tuple(workloads), snapshot.hidden)
 
 
 class Cycle:
@@ -80,8 +81,15 @@ class Cycle:
     def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
         self.config = config
         self.queues = _build_queues(snapshot)
-        self.state = ClusterState(snapshot.nodes, self.queues)
-        self.placer = Placer(self.state, config)
+        fragmentation = Fragmentation(
+            snapshot.nodes,
+            shapes_of(
+                (*((workload, 1) for workload in snapshot.workloads), *snapshot.hidden),
+                max((node.gpu_memory for node in snapshot.nodes if node.gpus), default=0),
+            ),
+        )
+        self.state = ClusterState(snapshot.nodes, self.queues, fragmentation.kind_of)
+        self.placer = Placer(self.state, config, fragmentation)
         self.workloads: list[WorkloadState] = []
         self.by_node: dict[str, list[WorkloadState]] = {}
         for workload in sorted(snapshot.workloads, key=lambda w: (w.submitted, w.name)):
@@ -92,16 +100,16 @@ class Cycle:
                 )
             ws = WorkloadState(workload, queue, workload.tasks())
             self.workloads.append(ws)
-            nodes: set[str] = set()
+            on_nodes: set[str] = set()
             for placement in workload.placements:
                 if placement.node not in self.state.by_name:
                     raise ValueError(f"workload {ws.name}: unknown node {placement.node!r}")
-                self.state.bind(ws, placement)
+                self.state.load(ws, placement)
                 ws.original[placement.task] = placement
-                if placement.node not in nodes:
-                    nodes.add(placement.node)
+                if placement.node not in on_nodes:
+                    on_nodes.add(placement.node)
                     self.by_node.setdefault(placement.node, []).append(ws)
-        self.state.journal.clear()
+        self.state.index()
         self._compute_fair_shares()
         self.evictions: list[Eviction] = []
         # Workloads evicted or moved this cycle are not victims again in the same cycle.
@@ -170,7 +178,7 @@ class Cycle:
         for ws in self.workloads:
             if not ws.running:
                 order.add(self._gang_candidate(ws))
-            elif ws.workload.elastic and len(ws.running) < len(ws.tasks):
+            elif len(ws.running) < len(ws.tasks) and ws.workload.elastic:
                 order.add(self._growth_candidate(ws))
         order.refresh_all(list(self.queues.values()))
         while (candidate := order.pop()) is not None:
@@ -346,11 +354,23 @@ class Cycle:
 
     def reclaim(self) -> None:
         """Queues under their fair share take GPUs back from queues above theirs."""
+        everything = (1.0, 1.0, 1.0)
+        if not any(
+            queue.leaf and _over_fair_share(queue, everything) for queue in self.queues.values()
+        ):
+            return
+        # Whether another queue is over its fair share changes only when a reclaim is made.
+        anyone_over: dict[tuple[str, bool, bool, bool], bool] = {}
         for candidate in self._pending_in_order():
             ws = candidate.workload
             if self.quota_block(ws, candidate.request) is not None:
                 continue
-            if not self._anyone_over_fair_share(ws, candidate.request):
+            request = candidate.request
+            key = (ws.queue.name, request[0] > EPSILON, request[1] > EPSILON, request[2] > EPSILON)
+            anyone = anyone_over.get(key)
+            if anyone is None:
+                anyone = anyone_over[key] = self._anyone_over_fair_share(ws, request)
+            if not anyone:
                 continue
             reach = _within_fair_share(ws.queue, candidate.request)
             if reach == 0:
@@ -364,7 +384,9 @@ class Cycle:
             placed, tried = self._evict_for(
                 candidate, self._reclaim_victims(candidate, reach), "reclaim"
             )
-            if not placed:
+            if placed:
+                anyone_over.clear()
+            else:
                 self._note(
                     ws,
                     "cannot reclaim: evicting work of queues over their fair share would not "
@@ -415,6 +437,11 @@ class Cycle:
 
     def preempt(self) -> None:
         """Within one queue, higher-priority work evicts lower-priority preemptible work."""
+        # The lowest priority in each queue: work at or below it has nothing to preempt.
+        lowest: dict[str, int] = {}
+        for ws in self.workloads:
+            name = ws.queue.name
+            lowest[name] = min(lowest.get(name, ws.workload.priority), ws.workload.priority)
         for candidate in self._pending_in_order():
             ws = candidate.workload
             # Victims are preemptible, so evicting them never makes room within deserved.
@@ -426,10 +453,14 @@ class Cycle:
                 return self._first_unit(ws.queue, ws, priority)
 
             placed, _ = self._evict_for(candidate, next_victim, "preempt")
-            if not placed and any(
-                other.running and other.workload.priority < priority
-                for other in self.workloads
-                if other.queue is ws.queue
+            if (
+                not placed
+                and priority > lowest[ws.queue.name]
+                and any(
+                    other.running and other.workload.priority < priority
+                    for other in self.workloads
+                    if other.queue is ws.queue
+                )
             ):
                 self._note(
                     ws,

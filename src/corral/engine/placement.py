@@ -6,14 +6,31 @@ or none (a gang), and says why when they do not fit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from corral.engine.fragmentation import Fragmentation
 from corral.engine.state import ClusterState, NodeState, WorkloadState, natural_key
 from corral.model import Placement, SchedulerConfig, TaskGroup
 from corral.model.resources import EPSILON, format_gpus, format_memory, plural_gpus
 
 Allowed = frozenset[int] | None
+
+
+def _round_share(value: float) -> float:
+    return round(value, 9)
+
+
+# Bounds on the candidates scored for one task, so that placement stays fast: per kind of
+# node and number of wholly free devices (or per free share of a partly used device), the
+# first fitting nodes in name order, looking at a limited number; and a limited number of
+# distinct free shares. When the bounded search finds nothing, every node is looked at.
+FITTING_PER_BUCKET = 8
+SCANNED_PER_BUCKET = 64
+DEVICE_SHARES = 12
+# An allowed set this small (a topology domain, one node) is searched whole.
+SMALL_ALLOWED = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +62,18 @@ def selector_text(selector: Mapping[str, tuple[str, ...]]) -> str:
 class Placer:
     """Places tasks into a ClusterState according to the scheduler configuration."""
 
-    def __init__(self, state: ClusterState, config: SchedulerConfig) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        config: SchedulerConfig,
+        fragmentation: Fragmentation | None = None,
+    ) -> None:
         self.state = state
         self.binpack = config.placement == "binpack"
         self.pack_fractions = config.gpu_placement == "pack"
+        # Fragmentation-aware placement refines binpack with packed fractions.
+        self.fragmentation = fragmentation if self.binpack and self.pack_fractions else None
+        self._kinds_for: dict[Allowed, list[int]] = {}
         self._eligible: dict[tuple[tuple[str, tuple[str, ...]], ...], frozenset[int]] = {}
         self._largest_cache: dict[Allowed, tuple[int, int, float, int] | None] = {}
         self._max_device_memory = max(
@@ -182,11 +207,129 @@ class Placer:
             return self._place_fraction(group, task, allowed)
         if group.gpu >= 1:
             count = int(group.gpu)
-            node = self._node_with_free_devices(count, group, allowed)
+            node = None
+            if self.fragmentation is not None:
+                node = self._least_fragmenting_node(count, group, allowed)
+            if node is None:
+                node = self._node_with_free_devices(count, group, allowed)
             if node is None:
                 return None
             return Placement(task, node.name, node.free_devices(count), float(count))
         return self._place_cpu_only(group, task, allowed)
+
+    # -- fragmentation-aware choices ---------------------------------------------------
+
+    def _growth(
+        self, node: NodeState, devices: tuple[int, ...], amount: float, group: TaskGroup
+    ) -> float:
+        """How much placing the task raises the node's expected fragmentation (rounded, so
+        that equal choices tie and fall back to the usual order)."""
+        assert self.fragmentation is not None
+        per_device = amount / len(devices) if devices else 0.0
+        growth = self.fragmentation.change(
+            node.kind,
+            node.used,
+            node.free_cpu,
+            devices,
+            per_device,
+            group.cpu,
+        )
+        return round(growth, 6)
+
+    def _kinds(self, allowed: Allowed) -> list[int]:
+        """Kinds of node with at least one node in `allowed`."""
+        found = self._kinds_for.get(allowed)
+        if found is None:
+            kinds = {node.kind for node in self.nodes_of(allowed)}
+            found = self._kinds_for[allowed] = sorted(kinds)
+        return found
+
+    def _nodes_with_free_devices(
+        self, count: int, group: TaskGroup, allowed: Allowed
+    ) -> Iterator[NodeState]:
+        """Candidate nodes with `count` wholly free devices and room for the task's host
+        needs: a small allowed set whole, else the first few of each kind and count."""
+        state = self.state
+        nodes = state.nodes
+        if allowed is not None and len(allowed) <= SMALL_ALLOWED:
+            for index in sorted(allowed):
+                node = nodes[index]
+                if (
+                    node.node.schedulable
+                    and node.free_whole >= count
+                    and self._host_fits(node, group)
+                ):
+                    yield node
+            return
+        kinds = self._kinds(allowed)
+        for free in range(count, state.max_devices + 1):
+            for kind in kinds:
+                # Nodes in the same state score the same: the first of them stands for all.
+                seen: set[tuple[tuple[float, ...], float, float]] = set()
+                for scanned, index in enumerate(state.kind_buckets[kind][free]):
+                    if scanned == SCANNED_PER_BUCKET:
+                        break
+                    if allowed is not None and index not in allowed:
+                        continue
+                    node = nodes[index]
+                    if self._host_fits(node, group):
+                        look = (tuple(node.used), node.free_cpu, node.free_memory)
+                        if look in seen:
+                            continue
+                        seen.add(look)
+                        yield node
+                        if len(seen) == FITTING_PER_BUCKET:
+                            break
+
+    def _least_fragmenting_node(
+        self, count: int, group: TaskGroup, allowed: Allowed
+    ) -> NodeState | None:
+        """Among candidate nodes, the one whose expected fragmentation grows least; ties go
+        to the fewest wholly free devices, then the first name."""
+        best: NodeState | None = None
+        best_key = (0.0, 0, 0)
+        for node in self._nodes_with_free_devices(count, group, allowed):
+            key = (
+                self._growth(node, node.free_devices(count), float(count), group),
+                node.free_whole,
+                node.index,
+            )
+            if best is None or key < best_key:
+                best, best_key = node, key
+        return best
+
+    def _least_fragmenting_device(
+        self, group: TaskGroup, task: int, allowed: Allowed
+    ) -> Placement | None:
+        """For a fraction, as with pack a partly used device when one has room, else a
+        wholly free one: of the candidates, the device whose node's expected fragmentation
+        grows least; ties go to the fullest device, then to the node with the fewest
+        wholly free devices, then to the first name."""
+        best: Placement | None = None
+        best_key: tuple[float, float, int, int] = (0.0, 0.0, 0, 0)
+        for free, node, device in self._shared_devices(group, allowed):
+            amount = group.gpu_on(node.node)
+            if free + EPSILON < amount or not self._host_fits(node, group):
+                continue
+            key = (self._growth(node, (device,), amount, group), free, node.index, device)
+            if best is None or key < best_key:
+                best, best_key = Placement(task, node.name, (device,), amount), key
+        if best is not None:
+            return best
+        for node in self._nodes_with_free_devices(1, group, allowed):
+            amount = group.gpu_on(node.node)
+            if amount > 1.0 + EPSILON:
+                continue
+            devices = node.free_devices(1)
+            key = (
+                self._growth(node, devices, amount, group),
+                float(node.free_whole),
+                node.index,
+                0,
+            )
+            if best is None or key < best_key:
+                best, best_key = Placement(task, node.name, devices, amount), key
+        return best
 
     def _node_with_free_devices(
         self, count: int, group: TaskGroup, allowed: Allowed
@@ -213,7 +356,51 @@ class Placer:
                     return node
         return None
 
+    def _shared_devices(
+        self, group: TaskGroup, allowed: Allowed
+    ) -> Iterator[tuple[float, NodeState, int]]:
+        """Candidate partly used devices with room for the task's nominal share: of a small
+        allowed set all of them, else for each free share from the fullest up the first few
+        nodes in different states."""
+        state = self.state
+        lowest = self.nominal_gpu(group) - EPSILON
+        if allowed is not None and len(allowed) <= SMALL_ALLOWED:
+            for index in sorted(allowed):
+                node = state.nodes[index]
+                if node.node.schedulable:
+                    for device, used in enumerate(node.used):
+                        if 0.0 < used < 1.0 and 1.0 - used >= lowest:
+                            yield _round_share(1.0 - used), node, device
+            return
+        start: tuple[float, ...] = (lowest,)
+        for _ in range(DEVICE_SHARES):
+            share: float | None = None
+            seen: set[tuple[tuple[float, ...], float, float]] = set()
+            for scanned, (free, index, device) in enumerate(state.partial.irange(minimum=start)):
+                if share is None:
+                    share = free
+                elif free != share or scanned == SCANNED_PER_BUCKET:
+                    break
+                if allowed is not None and index not in allowed:
+                    continue
+                node = state.nodes[index]
+                # The same share on a node in the same state scores the same.
+                look = (tuple(node.used), node.free_cpu, node.free_memory)
+                if look in seen:
+                    continue
+                seen.add(look)
+                yield free, node, device
+                if len(seen) == FITTING_PER_BUCKET:
+                    break
+            if share is None:
+                return
+            start = (share, math.inf)
+
     def _place_fraction(self, group: TaskGroup, task: int, allowed: Allowed) -> Placement | None:
+        if self.fragmentation is not None:
+            found = self._least_fragmenting_device(group, task, allowed)
+            if found is not None:
+                return found
         if self.pack_fractions:
             return self._shared_device(group, task, allowed, fullest=True) or self._fresh_device(
                 group, task, allowed
@@ -256,14 +443,18 @@ class Placer:
         return None
 
     def _place_cpu_only(self, group: TaskGroup, task: int, allowed: Allowed) -> Placement | None:
+        """The node with the fewest free GPUs where the task fits, so that work without
+        GPUs does not take the CPU that free GPUs need; then the least free CPU (binpack)
+        or the most (spread)."""
         best: NodeState | None = None
+        best_key = (0.0, 0.0)
+        sign = 1.0 if self.binpack else -1.0
         for node in self.nodes_of(allowed):
             if not self._host_fits(node, group):
                 continue
-            if best is None or (
-                node.free_cpu < best.free_cpu if self.binpack else node.free_cpu > best.free_cpu
-            ):
-                best = node
+            key = (node.free_gpu, sign * node.free_cpu)
+            if best is None or key < best_key:
+                best, best_key = node, key
         if best is None:
             return None
         return Placement(task, best.name, (), 0.0)

@@ -37,11 +37,13 @@ def _round(value: float) -> float:
 class NodeState:
     """Free capacity of one node and the use of each of its devices (0.0 to 1.0)."""
 
-    __slots__ = ("free_cpu", "free_memory", "free_whole", "index", "node", "used")
+    __slots__ = ("free_cpu", "free_memory", "free_whole", "index", "kind", "node", "used")
 
-    def __init__(self, index: int, node: Node) -> None:
+    def __init__(self, index: int, node: Node, kind: int = 0) -> None:
         self.index = index
         self.node = node
+        # Nodes of one kind have the same capacity and host the same task shapes.
+        self.kind = kind
         self.free_cpu = node.cpu
         self.free_memory = float(node.memory)
         self.used = [0.0] * node.gpus
@@ -146,22 +148,71 @@ _UNBIND = 1
 class ClusterState:
     """Nodes, devices and queue totals, with an undo journal."""
 
-    def __init__(self, nodes: tuple[Node, ...], queues: dict[str, QueueState]) -> None:
+    def __init__(
+        self,
+        nodes: tuple[Node, ...],
+        queues: dict[str, QueueState],
+        kinds: dict[str, int] | None = None,
+    ) -> None:
         ordered = sorted(nodes, key=lambda node: natural_key(node.name))
-        self.nodes = [NodeState(index, node) for index, node in enumerate(ordered)]
+        kind_of = kinds or {}
+        self.nodes = [
+            NodeState(index, node, kind_of.get(node.name, 0)) for index, node in enumerate(ordered)
+        ]
         self.by_name = {state.name: state for state in self.nodes}
         self.queues = queues
         self.max_devices = max((node.gpus for node in ordered), default=0)
+        self._kinds = max(kind_of.values(), default=0) + 1
         # buckets[c]: schedulable nodes with exactly c wholly free devices, in name order.
-        self.buckets: list[SortedList] = [SortedList() for _ in range(self.max_devices + 1)]
+        self.buckets: list[SortedList] = []
+        # kind_buckets[k][c]: the same, for the nodes of kind k.
+        self.kind_buckets: list[list[SortedList]] = []
         # Partly used devices of schedulable nodes: (free fraction, node index, device).
         self.partial = SortedList()
         self.free_gpu = 0.0
-        for state in self.nodes:
-            if state.node.schedulable:
-                self.buckets[state.free_whole].add(state.index)
-                self.free_gpu += state.node.gpus
+        self.index()
         self.journal: list[tuple[int, WorkloadState, Placement]] = []
+
+    def load(self, workload: WorkloadState, placement: Placement) -> None:
+        """Add a task that was running when the cycle began, without keeping the indices
+        or the journal up to date (faster than `bind`): call `index()` after the last."""
+        node = self.by_name[placement.node]
+        group = workload.tasks[placement.task]
+        node.free_cpu -= group.cpu
+        node.free_memory -= group.memory
+        if placement.devices:
+            per_device = placement.gpu / len(placement.devices)
+            used = node.used
+            for device in placement.devices:
+                before = used[device]
+                # A whole device needs no rounding (the common case, and this is hot).
+                after = 1.0 if before == 0.0 and per_device == 1.0 else _round(before + per_device)
+                used[device] = after
+                node.free_whole -= (before == 0.0) - (after == 0.0)
+        self._count(workload, placement, group, 1.0)
+        workload.running[placement.task] = placement
+
+    def index(self) -> None:
+        """Build the free-capacity indices from the nodes as they stand."""
+        buckets: list[list[int]] = [[] for _ in range(self.max_devices + 1)]
+        kind_buckets: list[list[list[int]]] = [
+            [[] for _ in range(self.max_devices + 1)] for _ in range(self._kinds)
+        ]
+        partial = []
+        free_gpu = 0.0
+        for state in self.nodes:
+            if not state.node.schedulable:
+                continue
+            buckets[state.free_whole].append(state.index)
+            kind_buckets[state.kind][state.free_whole].append(state.index)
+            for device, used in enumerate(state.used):
+                free_gpu += 1.0 - used
+                if 0.0 < used < 1.0:
+                    partial.append((_round(1.0 - used), state.index, device))
+        self.buckets = [SortedList(bucket) for bucket in buckets]
+        self.kind_buckets = [[SortedList(bucket) for bucket in kind] for kind in kind_buckets]
+        self.partial = SortedList(partial)
+        self.free_gpu = _round(free_gpu)
 
     # -- changes ---------------------------------------------------------------------
 
@@ -205,6 +256,7 @@ class ClusterState:
         schedulable = node.node.schedulable
         if schedulable and placement.devices:
             self.buckets[node.free_whole].discard(node.index)
+            self.kind_buckets[node.kind][node.free_whole].discard(node.index)
         for device in placement.devices:
             before = node.used[device]
             after = _round(before + sign * per_device)
@@ -220,8 +272,16 @@ class ClusterState:
                     self.partial.add((_round(1.0 - after), node.index, device))
         if schedulable and placement.devices:
             self.buckets[node.free_whole].add(node.index)
+            self.kind_buckets[node.kind][node.free_whole].add(node.index)
         if schedulable:
             self.free_gpu = _round(self.free_gpu - sign * placement.gpu)
+        self._count(workload, placement, group, sign)
+
+    @staticmethod
+    def _count(
+        workload: WorkloadState, placement: Placement, group: TaskGroup, sign: float
+    ) -> None:
+        """Add (sign 1) or take off (sign -1) a task's amounts in its queues' totals."""
         amounts = (placement.gpu, group.cpu, float(group.memory))
         preemptible = workload.preemptible
         for queue in workload.queue.path:

@@ -206,11 +206,18 @@ class Workload:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The cluster at one moment: everything the engine needs and nothing else."""
+    """The cluster at one moment: everything the engine needs and nothing else.
+
+    `hidden` stands for pending workloads left out of the cycle (the simulator leaves out
+    backlogs that cannot be placed): one workload of each kind, with how many there are.
+    The engine does not try to place them; it only weighs their task shapes when it
+    places the others (fragmentation-aware placement), so that leaving them out changes
+    no decision."""
 
     nodes: tuple[Node, ...]
     queues: tuple[Queue, ...]
     workloads: tuple[Workload, ...]
+    hidden: tuple[tuple[Workload, int], ...] = ()
 
 
 PlacementPolicy = Literal["binpack", "spread"]

@@ -29,10 +29,15 @@ differ (queues all at the top level, CPU and memory unmanaged):
 - when the cycle only allocates, and either a single queue has pending work or every
   queue's limit is at most its deserved quota (as under `static`: allotments then equal
   deserved quotas and the fairness order does not depend on demand), each queue shows
-  its first workloads. A queue's hidden work is tried after all it shows and nothing
+  its first workloads that ask for no more than its room (under its limit; a lone
+  queue: also in what is free). Room only shrinks in such a cycle, so the larger ones
+  cannot fit. The rest of a queue's hidden work is tried after all it shows and nothing
   else changes its allocation, so the decision holds if afterwards the queue cannot fit
   its smallest pending request under its limit (a lone queue: nor in what is left
   free). Otherwise the cycle is run again with all pending work.
+
+The engine still weighs the task shapes of hidden work when it places the rest
+(`Snapshot.hidden`), so hiding changes no placement.
 """
 
 from __future__ import annotations
@@ -269,32 +274,43 @@ class CycleGate:
             waiting = totals.waiting
             if not waiting:
                 continue
-            shown = len(waiting)
             if lone or owned:
-                shown = self._enough(totals, lone, first)
-                if shown < len(waiting):
+                shown, complete = self._enough(totals, lone, first)
+                if not complete:
                     checks.append((totals.name, min(gpus for gpus, _, _ in totals.pending)))
-            elif shares and self._blocked(totals, shares[totals.name][0]):
-                shown = 1
-            names.extend(order[2] for order in waiting.islice(0, shown))
-            hidden += len(waiting) - shown
+                names.extend(shown)
+                hidden += len(waiting) - len(shown)
+                continue
+            count = len(waiting)
+            if shares and self._blocked(totals, shares[totals.name][0]):
+                count = 1
+            names.extend(order[2] for order in waiting.islice(0, count))
+            hidden += len(waiting) - count
         return Selection(tuple(names), hidden, tuple(checks), lone)
 
-    def _enough(self, totals: _QueueTotals, lone: bool, most: int) -> int:
-        """How many of a queue's first pending workloads to show: enough to ask for all the
-        room it has (under its limit, and for a lone queue in the cluster), and a few more
-        in case some do not fit, but at most `most`."""
+    def _enough(self, totals: _QueueTotals, lone: bool, most: int) -> tuple[list[str], bool]:
+        """A queue's first pending workloads that could fit: enough to ask for all the room
+        it has (under its limit, and for a lone queue in the cluster), and a few more in
+        case some do not fit, but at most `most`. Workloads asking for more than the room
+        are left out: when the cycle only allocates, room only shrinks, so they cannot
+        fit. True with them when every workload left out is such a one."""
         room = totals.limit[0] - totals.alloc[0]
         if lone:
             room = min(room, self.free_gpu)
         asked = 0.0
-        shown = 0
-        for entry in totals.waiting.islice(0, most):
+        shown: list[str] = []
+        spare = _SPARE
+        for entry in totals.waiting:
+            gpus = entry[3]
+            if gpus > room + _SLACK:
+                continue
+            if len(shown) == most or (asked > room + _SLACK and spare == 0):
+                return shown, False
             if asked > room + _SLACK:
-                break
-            asked += entry[3]
-            shown += 1
-        return min(shown + _SPARE, most, len(totals.waiting))
+                spare -= 1
+            asked += gpus
+            shown.append(entry[2])
+        return shown, True
 
     def holds(self, selection: Selection, placed: Mapping[str, float]) -> bool:
         """Whether a decision on `selection` is the decision on all pending work: after

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from corral.model import Decisions, Placement, Snapshot, Workload
+from corral.model import Decisions, Placement, Snapshot, TaskGroup, Workload
 from corral.sim.errors import SimError
 from corral.sim.metrics import (
     BUSY,
@@ -68,6 +68,21 @@ class SimSettings:
     shortcuts: bool = True
 
 
+# Task groups and node selector: what the engine weighs of a pending workload it does
+# not see.
+KindKey = tuple[tuple[TaskGroup, ...], tuple[tuple[str, tuple[str, ...]], ...]]
+
+
+class _Kind:
+    """Pending workloads of one kind: one of them, and how many there are."""
+
+    __slots__ = ("count", "workload")
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self.count = 0
+
+
 class _JobState:
     """A job during the run."""
 
@@ -76,6 +91,7 @@ class _JobState:
         "first_start",
         "gpus",
         "job",
+        "kind",
         "lost",
         "order",
         "placed",
@@ -104,6 +120,8 @@ class _JobState:
         self.placed: Amounts = self.request
         self.shape: Shape = (self.gpus, workload.priority, workload.preemptible)
         self.order: Order = (-workload.priority, workload.submitted, workload.name)
+        # Workloads of one kind have the same task shapes for the engine.
+        self.kind: KindKey = (job.task_groups, tuple(sorted(workload.node_selector.items())))
         self.saved = 0.0  # progress kept by the last checkpoint (s of work)
         self.run_start = math.nan
         self.restart = 0.0  # restart cost paid at the start of the current run
@@ -159,6 +177,9 @@ class Simulation:
         # Running workloads, all of which the engine sees, and pending ones.
         self.running: dict[str, Workload] = {}
         self.waiting: dict[str, Workload] = {}
+        # Pending workloads by kind: one of them and how many, for the engine to weigh
+        # the shapes of those a cycle leaves out.
+        self.waiting_kinds: dict[KindKey, _Kind] = {}
         self.completions: list[tuple[float, int, int, _JobState]] = []
         self.sequence = 0
         self.cycles = 0
@@ -230,6 +251,10 @@ class Simulation:
 
     def _to_pending(self, state: _JobState) -> None:
         self.waiting[state.job.name] = state.workload
+        kind = self.waiting_kinds.get(state.kind)
+        if kind is None:
+            kind = self.waiting_kinds[state.kind] = _Kind(state.workload)
+        kind.count += 1
         self.gate.arrived(state.queue, state.shape, state.request, state.order)
         self.recorder.change(state.project, pending=state.gpus)
 
@@ -279,8 +304,16 @@ class Simulation:
     def _schedule(self, pending: tuple[str, ...]) -> Decisions:
         waiting = self.waiting
         workloads = (*self.running.values(), *(waiting[name] for name in pending))
+        hidden: tuple[tuple[Workload, int], ...] = ()
+        if len(pending) < len(waiting):
+            shown = Counter(self.by_name[name].kind for name in pending)
+            hidden = tuple(
+                (kind.workload, kind.count - shown[key])
+                for key, kind in self.waiting_kinds.items()
+                if kind.count > shown[key]
+            )
         return self.setup.scheduler(
-            Snapshot(self.setup.nodes, self.setup.queues, workloads), self.setup.config
+            Snapshot(self.setup.nodes, self.setup.queues, workloads, hidden), self.setup.config
         )
 
     def _apply(self, decisions: Decisions, now: float) -> None:
@@ -301,6 +334,10 @@ class Simulation:
 
     def _start(self, state: _JobState, placements: tuple[Placement, ...], now: float) -> None:
         del self.waiting[state.job.name]
+        kind = self.waiting_kinds[state.kind]
+        kind.count -= 1
+        if not kind.count:
+            del self.waiting_kinds[state.kind]
         state.workload = _with_placements(state.workload, placements)
         self.running[state.job.name] = state.workload
         gpus = sum(placement.gpu for placement in placements)

@@ -6,6 +6,6 @@ all call these two functions.
 """
 
 from corral.engine.cycle import apply_decisions, schedule
-from corral.engine.fairshare import Claim, divide
+from corral.engine.fairshare import Claim, divide, divide_tree
 
-__all__ = ["Claim", "apply_decisions", "divide", "schedule"]
+__all__ = ["Claim", "apply_decisions", "divide", "divide_tree", "schedule"]

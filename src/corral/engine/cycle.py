@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
-from corral.engine.fairshare import Claim, divide
+from corral.engine.fairshare import divide_tree
 from corral.engine.fragmentation import Fragmentation, shapes_of
 from corral.engine.ordering import Candidate, FairOrder, Request
 from corral.engine.placement import Allowed, Failure, Placer
@@ -133,25 +133,9 @@ class Cycle:
                 capacity[0] += node.node.gpus
                 capacity[1] += node.node.cpu
                 capacity[2] += node.node.memory
-        self._divide([queue for queue in self.queues.values() if queue.parent is None], capacity)
-
-    def _divide(self, siblings: list[QueueState], amounts: list[float]) -> None:
-        for resource in range(3):
-            claims = [
-                Claim(
-                    deserved=queue.deserved[resource],
-                    demand=queue.requested[resource],
-                    limit=queue.limit[resource],
-                    weight=queue.weight[resource],
-                    priority=queue.priority,
-                )
-                for queue in siblings
-            ]
-            for queue, share in zip(siblings, divide(amounts[resource], claims), strict=True):
-                queue.fair_share[resource] = share
-        for queue in siblings:
-            if queue.children:
-                self._divide(queue.children, queue.fair_share)
+        roots = [queue for queue in self.queues.values() if queue.parent is None]
+        for name, share in divide_tree(roots, capacity).items():
+            self.queues[name].fair_share[:] = share
 
     def request_of(self, ws: WorkloadState, tasks: Iterable[int]) -> Request:
         """GPU, CPU and memory of some tasks: as placed for running ones, nominal otherwise."""

@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
+from typing import Protocol
 
 from corral.model.resources import EPSILON
 
@@ -74,3 +75,46 @@ def _water_fill(
             return 0.0
         active = [i for i in active if i not in capped]
     return max(amount, 0.0)
+
+
+class Claimant(Protocol):
+    """A queue as `divide_tree` reads it: per resource (GPU, CPU, memory) its deserved
+    quota, what its work requests, its limit and its over-quota weight."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def deserved(self) -> Sequence[float]: ...
+    @property
+    def requested(self) -> Sequence[float]: ...
+    @property
+    def limit(self) -> Sequence[float]: ...
+    @property
+    def weight(self) -> Sequence[float]: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def children(self) -> Sequence[Claimant]: ...
+
+
+def divide_tree(siblings: Sequence[Claimant], amounts: Sequence[float]) -> dict[str, list[float]]:
+    """Fair shares of GPU, CPU and memory by queue name: `amounts` divided among
+    `siblings`, then each one's share among its children, level by level."""
+    shares: dict[str, list[float]] = {queue.name: [0.0, 0.0, 0.0] for queue in siblings}
+    for resource in range(3):
+        claims = [
+            Claim(
+                deserved=queue.deserved[resource],
+                demand=queue.requested[resource],
+                limit=queue.limit[resource],
+                weight=queue.weight[resource],
+                priority=queue.priority,
+            )
+            for queue in siblings
+        ]
+        for queue, share in zip(siblings, divide(amounts[resource], claims), strict=True):
+            shares[queue.name][resource] = share
+    for queue in siblings:
+        if queue.children:
+            shares.update(divide_tree(queue.children, shares[queue.name]))
+    return shares

@@ -11,7 +11,7 @@ that, if non-preemptible, stays within its queues' deserved quotas, and:
 These are necessary conditions, checked on per-queue totals (the smallest request and
 highest priority pending in each queue), so a skipped cycle is one the engine would have
 run without deciding anything. Fair shares are divided as the engine divides them,
-with its `divide`.
+with its `divide_tree`.
 
 After a cycle that changed nothing, the cluster is settled: until capacity is freed,
 the pending work that was there cannot be placed or preempt (the state it failed on is
@@ -50,7 +50,7 @@ from typing import TypeVar
 
 from sortedcontainers import SortedList
 
-from corral.engine import Claim, divide
+from corral.engine import divide_tree
 from corral.model import Node, Queue
 from corral.model.resources import EPSILON
 
@@ -365,31 +365,7 @@ class CycleGate:
 
     def _fair_shares(self) -> dict[str, list[float]]:
         """Each queue's fair share of GPU, CPU and memory, divided as the engine does."""
-        shares: dict[str, list[float]] = {}
-        self._divide(self.roots, list(self.capacity), shares)
-        return shares
-
-    def _divide(
-        self, siblings: list[_QueueTotals], amounts: list[float], shares: dict[str, list[float]]
-    ) -> None:
-        for totals in siblings:
-            shares[totals.name] = [0.0, 0.0, 0.0]
-        for resource in range(3):
-            claims = [
-                Claim(
-                    deserved=totals.deserved[resource],
-                    demand=totals.requested[resource],
-                    limit=totals.limit[resource],
-                    weight=totals.weight[resource],
-                    priority=totals.priority,
-                )
-                for totals in siblings
-            ]
-            for totals, share in zip(siblings, divide(amounts[resource], claims), strict=True):
-                shares[totals.name][resource] = share
-        for totals in siblings:
-            if totals.children:
-                self._divide(totals.children, shares[totals.name], shares)
+        return divide_tree(self.roots, self.capacity)
 
 
 def _drop(counter: Counter[_Key], key: _Key) -> None:

@@ -66,7 +66,8 @@ class LiveServer:
 
     def stop(self) -> None:
         """Stop the server; fail if its scheduler caught a kept snapshot that differed
-        from the store (CORRAL_VERIFY_SNAPSHOTS)."""
+        from the store, or kept engine state that decided otherwise than a fresh cycle
+        (CORRAL_VERIFY_SNAPSHOTS)."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -75,7 +76,9 @@ class LiveServer:
                 self.kill()
         if self.log.exists():
             mismatches = [
-                line for line in self.log.read_text().splitlines() if "kept snapshot" in line
+                line
+                for line in self.log.read_text().splitlines()
+                if "kept snapshot" in line or "kept state" in line
             ]
             assert not mismatches, f"{self.log}: " + "\n".join(mismatches[:5])
 

@@ -18,14 +18,17 @@ from strategies import (
     TOLERANCE,
     Case,
     cases,
+    changed_quotas,
     gang_problems,
+    leaves,
     physical_problems,
     python_code,
     queue_paths,
     selector_matches,
+    workload_batch,
 )
 
-from corral.engine import Claim, apply_decisions, divide, schedule
+from corral.engine import Claim, Scheduler, apply_decisions, divide, schedule
 from corral.model import (
     GIB,
     Decisions,
@@ -399,6 +402,39 @@ def test_deterministic_and_independent_of_listing_order(case: Case, rng: random.
     shuffled = Snapshot(tuple(nodes), case.snapshot.queues, tuple(workloads))
     note(f"nodes {[node.name for node in nodes]}, workloads {[w.name for w in workloads]}")
     assert schedule(shuffled, case.config) == first
+
+
+@CYCLE
+@given(cases(), st.data())
+def test_a_scheduler_that_keeps_its_state_decides_as_schedule_does(
+    case: Case, data: st.DataObject
+) -> None:
+    """Cycle after cycle, as between cycles of a server or a simulation: decisions are
+    applied (or, now and then, not), running work ends, new work arrives, and once in a
+    while quotas change or a node is cordoned (the state is then built afresh)."""
+    scheduler = Scheduler()
+    snapshot = case.snapshot
+    leaf_names = leaves(snapshot.queues)
+    max_gpus = max(node.gpus for node in snapshot.nodes)
+    for step in range(1, 5):
+        note(f"cycle {step}: {python_code(snapshot)}")
+        decisions = scheduler(snapshot, case.config)
+        assert decisions == schedule(snapshot, case.config)
+        if data.draw(st.integers(0, 4), label="apply"):
+            snapshot = apply_decisions(snapshot, decisions)
+        names = [w.name for w in snapshot.workloads]
+        ended = data.draw(st.sets(st.sampled_from(names))) if names else set()
+        arrived = data.draw(
+            workload_batch(100 * step, data.draw(st.integers(0, 3)), leaf_names, max_gpus, True)
+        )
+        workloads = (*(w for w in snapshot.workloads if w.name not in ended), *arrived)
+        snapshot = replace(snapshot, workloads=workloads)
+        change = data.draw(st.integers(0, 9), label="change")
+        if change == 0:
+            snapshot = replace(snapshot, queues=data.draw(changed_quotas(snapshot.queues)))
+        elif change == 1:
+            cordoned = replace(snapshot.nodes[0], schedulable=not snapshot.nodes[0].schedulable)
+            snapshot = replace(snapshot, nodes=(cordoned, *snapshot.nodes[1:]))
 
 
 # 6 -------------------------------------------------------------------------------------

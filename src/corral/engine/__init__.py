@@ -1,11 +1,13 @@
 """The scheduling engine: one pure, deterministic cycle over a snapshot.
 
 `schedule(snapshot, config)` returns the decisions of one cycle; `apply_decisions`
-gives the snapshot that follows from them. The server, the simulator and `corral plan`
-all call these two functions.
+gives the snapshot that follows from them. The server and `corral plan` call these two
+functions. A `Scheduler` is `schedule` for a run of snapshots of one cluster that keeps
+the state of running work from one cycle to the next (the simulator uses it); its
+decisions are the same.
 """
 
-from corral.engine.cycle import apply_decisions, schedule
+from corral.engine.cycle import Scheduler, apply_decisions, schedule
 from corral.engine.fairshare import Claim, divide, divide_tree
 
-__all__ = ["Claim", "apply_decisions", "divide", "divide_tree", "schedule"]
+__all__ = ["Claim", "Scheduler", "apply_decisions", "divide", "divide_tree", "schedule"]

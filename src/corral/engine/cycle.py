@@ -8,12 +8,14 @@ fits, otherwise it is rolled back.
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from corral.engine.fairshare import divide_tree
-from corral.engine.fragmentation import Fragmentation, shapes_of
+from corral.engine.fragmentation import Fragmentation, shapes_of, task_shapes
 from corral.engine.ordering import Candidate, FairOrder, Request
 from corral.engine.placement import Allowed, Failure, Placer
 from corral.engine.state import (
@@ -35,6 +37,8 @@ from corral.model import (
 )
 from corral.model.resources import EPSILON, format_gpus, format_memory, plural_gpus
 
+_SUBMITTED = operator.attrgetter("submitted", "name")
+
 # A victim: some running tasks of one workload, evicted together. `tasks` None means
 # every task still running (a whole workload, or the minimum gang of an elastic one).
 Unit = tuple[WorkloadState, tuple[int, ...] | None]
@@ -42,18 +46,7 @@ Unit = tuple[WorkloadState, tuple[int, ...] | None]
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decisions:
     """Run one scheduling cycle over `snapshot` and return what it decided."""
-    cycle = Cycle(snapshot, config or SchedulerConfig())
-    actions: dict[str, Callable[[], None]] = {
-        "allocate": cycle.allocate,
-        "consolidate": cycle.consolidate,
-        "reclaim": cycle.reclaim,
-        "preempt": cycle.preempt,
-    }
-    for action in cycle.config.actions:
-        if action not in actions:
-            raise ValueError(f"unknown action {action!r}; expected one of {', '.join(actions)}")
-        actions[action]()
-    return cycle.decisions()
+    return Cycle(snapshot, config or SchedulerConfig()).run()
 
 
 def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
@@ -75,41 +68,151 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
     return Snapshot(snapshot.nodes, snapshot.queues, tuple(workloads), snapshot.hidden)
 
 
+class Scheduler:
+    """`schedule()` for a sequence of snapshots of one cluster, such as a simulation's.
+
+    It keeps the cycle's state of running work between calls. A workload that runs as
+    it did when the last cycle ended (as that cycle left it, or as given then) is not
+    loaded again, and one that stopped or changed is taken off and loaded as it is now.
+    Decisions are the same as `schedule()` gives on each snapshot: the kept state holds
+    no more than the snapshot says, and rounded totals do not depend on the order work
+    was added in. Snapshots with other nodes or queues are scheduled afresh.
+    """
+
+    def __init__(self) -> None:
+        self._kept: Kept | None = None
+
+    def __call__(self, snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decisions:
+        kept, self._kept = self._kept, None
+        cycle = Cycle(snapshot, config or SchedulerConfig(), kept)
+        decisions = cycle.run()
+        self._kept = Kept(snapshot, cycle)
+        return decisions
+
+
+class Kept:
+    """The state a cycle ended with, for the next cycle of a Scheduler."""
+
+    def __init__(self, snapshot: Snapshot, cycle: Cycle) -> None:
+        self.nodes = snapshot.nodes
+        self.queue_specs = snapshot.queues
+        self.queues: dict[str, QueueState] = cycle.queues
+        self.state: ClusterState = cycle.state
+        self.workloads = {ws.name: ws for ws in cycle.workloads}
+
+    def holds(self, snapshot: Snapshot) -> bool:
+        """Whether the kept state is of the same nodes and queues."""
+        return (self.nodes is snapshot.nodes or self.nodes == snapshot.nodes) and (
+            self.queue_specs is snapshot.queues or self.queue_specs == snapshot.queues
+        )
+
+
+def _runs_as(ws: WorkloadState, workload: Workload) -> bool:
+    """Whether `workload` has the same tasks, in the same queue, running where `ws` has."""
+    old = ws.workload
+    if old is not workload and (
+        old.queue != workload.queue
+        or old.task_groups != workload.task_groups
+        or old.preemptible != workload.preemptible
+        or old.node_selector != workload.node_selector
+    ):
+        return False
+    running = ws.running
+    if len(running) != len(workload.placements):
+        return False
+    for placement in workload.placements:
+        now = running.get(placement.task)
+        if now is not placement and now != placement:
+            return False
+    return True
+
+
 class Cycle:
     """The state of one cycle and its four actions."""
 
-    def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
+    def __init__(
+        self, snapshot: Snapshot, config: SchedulerConfig, kept: Kept | None = None
+    ) -> None:
         self.config = config
-        self.queues = _build_queues(snapshot)
-        fragmentation = Fragmentation(
-            snapshot.nodes,
-            shapes_of(
-                (*((workload, 1) for workload in snapshot.workloads), *snapshot.hidden),
-                max((node.gpu_memory for node in snapshot.nodes if node.gpus), default=0),
-            ),
-        )
-        self.state = ClusterState(snapshot.nodes, self.queues, fragmentation.kind_of)
-        self.placer = Placer(self.state, config, fragmentation)
+        previous: dict[str, WorkloadState] = {}
+        fresh = kept is None or not kept.holds(snapshot)
+        if kept is not None and not fresh:
+            self.queues = kept.queues
+            for kept_queue in self.queues.values():
+                kept_queue.requested[:] = (0.0, 0.0, 0.0)
+                kept_queue.set_fair_share([0.0, 0.0, 0.0])
+            self.state = kept.state
+            previous = kept.workloads
+        else:
+            self.queues = _build_queues(snapshot)
+            self.state = ClusterState(snapshot.nodes, self.queues)
+        max_memory = max((node.gpu_memory for node in snapshot.nodes if node.gpus), default=0)
         self.workloads: list[WorkloadState] = []
-        self.by_node: dict[str, list[WorkloadState]] = {}
-        for workload in sorted(snapshot.workloads, key=lambda w: (w.submitted, w.name)):
+        # Workloads with no task running as the cycle began.
+        self.waiting: list[WorkloadState] = []
+        self._by_node: dict[str, list[WorkloadState]] | None = None
+        state = self.state
+        # Kept work changes with the indices kept up to date; fresh work loads without.
+        load = state.load if fresh else state.add
+        names: set[str] = set()
+        for workload in sorted(snapshot.workloads, key=_SUBMITTED):
+            name = workload.name
             queue = self.queues.get(workload.queue)
             if queue is None or not queue.leaf:
-                raise ValueError(
-                    f"workload {workload.name}: {workload.queue!r} is not a leaf queue"
-                )
-            ws = WorkloadState(workload, queue, workload.tasks())
+                raise ValueError(f"workload {name}: {workload.queue!r} is not a leaf queue")
+            if name in names:
+                raise ValueError(f"workload {name}: listed twice")
+            names.add(name)
+            ws = previous.pop(name, None)
+            if (
+                ws is not None
+                and ws.workload is workload
+                and not ws.started
+                and len(ws.running) == len(ws.original) < 2
+            ):
+                # Given as last time, and the last cycle left it as it was (with one task
+                # or none, so in the same order too).
+                ws.reason = None
+            elif ws is not None and _runs_as(ws, workload):
+                if ws.workload is not workload:
+                    ws.workload = workload
+                    ws.gang = None
+                    ws.sized = False
+                if ws.started or len(ws.running) != len(ws.original):
+                    ws.demand = None
+                if len(ws.running) > 1:
+                    # In the snapshot's order, as if loaded afresh.
+                    ws.running = {p.task: ws.running[p.task] for p in workload.placements}
+                ws.started = {}
+                ws.reason = None
+                ws.original = dict(ws.running)
+            else:
+                if ws is not None:
+                    state.remove(ws)
+                ws = WorkloadState(workload, queue, workload.tasks())
+                ws.shapes = task_shapes(workload, max_memory)
+                for placement in workload.placements:
+                    if placement.node not in state.by_name:
+                        raise ValueError(f"workload {name}: unknown node {placement.node!r}")
+                    load(ws, placement)
+                ws.original = dict(ws.running)
             self.workloads.append(ws)
-            on_nodes: set[str] = set()
-            for placement in workload.placements:
-                if placement.node not in self.state.by_name:
-                    raise ValueError(f"workload {ws.name}: unknown node {placement.node!r}")
-                self.state.load(ws, placement)
-                ws.original[placement.task] = placement
-                if placement.node not in on_nodes:
-                    on_nodes.add(placement.node)
-                    self.by_node.setdefault(placement.node, []).append(ws)
-        self.state.index()
+            if not ws.running:
+                self.waiting.append(ws)
+        for gone in previous.values():
+            state.remove(gone)
+        previous.clear()
+        shapes = shapes_of(snapshot.hidden, max_memory)
+        for ws in self.workloads:
+            for shape, tasks in ws.shapes or ():
+                shapes[shape] += tasks
+        fragmentation = Fragmentation(snapshot.nodes, shapes)
+        state.journal.clear()
+        if state.set_kinds(fragmentation.kind_of) or fresh:
+            state.index()
+        else:
+            state.settle()
+        self.placer = Placer(state, config, fragmentation)
         self._compute_fair_shares()
         self.evictions: list[Eviction] = []
         # Workloads evicted or moved this cycle are not victims again in the same cycle.
@@ -118,12 +221,35 @@ class Cycle:
         # Victim lists are consumed front first: where each queue's untouched units start.
         self._cursor: dict[str, int] = {}
         self._tentative: set[int] = set()
+        # Within one eviction attempt, where each queue's search for victims resumes:
+        # units passed over stay unusable until the attempt ends.
+        self._resume: dict[str, int] = {}
+        self._name_keys: dict[str, tuple[object, ...]] = {}
+        # True from the end of allocate until work is evicted or moved: meanwhile the
+        # state has only filled up, so pending work that did not fit still does not.
+        self._settled = False
+
+    def run(self) -> Decisions:
+        """Run the configured actions in order and return the decisions."""
+        actions: dict[str, Callable[[], None]] = {
+            "allocate": self.allocate,
+            "consolidate": self.consolidate,
+            "reclaim": self.reclaim,
+            "preempt": self.preempt,
+        }
+        for action in self.config.actions:
+            if action not in actions:
+                raise ValueError(f"unknown action {action!r}; expected one of {', '.join(actions)}")
+            actions[action]()
+        return self.decisions()
 
     # -- fair share --------------------------------------------------------------------
 
     def _compute_fair_shares(self) -> None:
         for ws in self.workloads:
-            request = self.request_of(ws, range(len(ws.tasks)))
+            request = ws.demand
+            if request is None:
+                request = ws.demand = self.request_of(ws, range(len(ws.tasks)))
             for queue in ws.queue.path:
                 for resource in range(3):
                     queue.requested[resource] += request[resource]
@@ -135,7 +261,7 @@ class Cycle:
                 capacity[2] += node.node.memory
         roots = [queue for queue in self.queues.values() if queue.parent is None]
         for name, share in divide_tree(roots, capacity).items():
-            self.queues[name].fair_share[:] = share
+            self.queues[name].set_fair_share(share)
 
     def request_of(self, ws: WorkloadState, tasks: Iterable[int]) -> Request:
         """GPU, CPU and memory of some tasks: as placed for running ones, nominal otherwise."""
@@ -170,10 +296,16 @@ class Cycle:
             if self._try_place(candidate) and ws.workload.elastic and ws.unplaced():
                 order.add(self._growth_candidate(ws))
             order.refresh(ws.queue)
+        self._settled = True
 
     def _gang_candidate(self, ws: WorkloadState) -> Candidate:
-        tasks = list(range(ws.workload.min_tasks))
-        return Candidate(ws, tasks, self.request_of(ws, tasks), growth=False)
+        # Only asked for workloads with no task running, so the request is nominal (and
+        # stays the same while the state is kept, on the same nodes).
+        candidate = ws.gang
+        if candidate is None:
+            tasks = list(range(ws.workload.min_tasks))
+            candidate = ws.gang = Candidate(ws, tasks, self.request_of(ws, tasks), growth=False)
+        return candidate
 
     def _growth_candidate(self, ws: WorkloadState) -> Candidate:
         tasks = ws.unplaced()[:1]
@@ -183,7 +315,11 @@ class Cycle:
         ws = candidate.workload
         reason = self.quota_block(ws, candidate.request)
         if reason is None and not candidate.growth:
-            reason = self.placer.too_big(ws, candidate.tasks)
+            if not ws.sized:
+                # The minimum gang and the nodes stay the same while the state is kept.
+                ws.never_fits = self.placer.too_big(ws, candidate.tasks)
+                ws.sized = True
+            reason = ws.never_fits
         if reason is None and candidate.request[0] > self.state.free_gpu + EPSILON:
             reason = (
                 f"needs {plural_gpus(candidate.request[0])}; the cluster has "
@@ -223,6 +359,16 @@ class Cycle:
             ws.started[placement.task] = placement
         return result
 
+    @property
+    def by_node(self) -> dict[str, list[WorkloadState]]:
+        """The workloads running on each node as the cycle began."""
+        if self._by_node is None:
+            self._by_node = {}
+            for ws in self.workloads:
+                for node in dict.fromkeys(placement.node for placement in ws.original.values()):
+                    self._by_node.setdefault(node, []).append(ws)
+        return self._by_node
+
     @staticmethod
     def _host_request(ws: WorkloadState, tasks: list[int]) -> tuple[float, float]:
         return (
@@ -237,15 +383,24 @@ class Cycle:
 
         Every moved workload must be placed again in the same cycle: no net eviction.
         """
+        # Moves keep the queues' totals and the free GPUs as they are, and a placement only
+        # adds to them, so work that cannot be helped now cannot be later in this action.
+        if not any(self._may_consolidate(candidate) for candidate in self._pending()):
+            return
         for candidate in self._pending_in_order():
-            ws = candidate.workload
-            if ws.workload.topology is not None or self.quota_block(ws, candidate.request):
-                continue
-            # Moves keep every workload placed, so only capacity free somewhere can help;
-            # it may sit on nodes the candidate cannot use, where moved work can go.
-            if candidate.request[0] > self.state.free_gpu + EPSILON:
-                continue
-            self._consolidate_for(ws, candidate.tasks, self.placer.eligible(ws))
+            if self._may_consolidate(candidate):
+                ws = candidate.workload
+                self._consolidate_for(ws, candidate.tasks, self.placer.eligible(ws))
+
+    def _may_consolidate(self, candidate: Candidate) -> bool:
+        ws = candidate.workload
+        # Moves keep every workload placed, so only capacity free somewhere can help; it
+        # may sit on nodes the candidate cannot use, where moved work can go.
+        return (
+            ws.workload.topology is None
+            and self.quota_block(ws, candidate.request) is None
+            and candidate.request[0] <= self.state.free_gpu + EPSILON
+        )
 
     def _consolidate_for(self, ws: WorkloadState, tasks: list[int], allowed: Allowed) -> bool:
         state = self.state
@@ -345,25 +500,23 @@ class Cycle:
             return
         # Whether another queue is over its fair share changes only when a reclaim is made.
         anyone_over: dict[tuple[str, bool, bool, bool], bool] = {}
+        reaches = [
+            (candidate, self._reclaim_reach(candidate, anyone_over))
+            for candidate in self._pending()
+        ]
+        if not any(reach for _, reach in reaches):
+            # Nothing is reclaimed, so the state stays as it is and the order is moot.
+            for candidate, reach in reaches:
+                if reach == 0:
+                    self._cannot_reclaim_within(candidate)
+            return
         for candidate in self._pending_in_order():
+            reach = self._reclaim_reach(candidate, anyone_over)
+            if reach is None:
+                continue
             ws = candidate.workload
-            if self.quota_block(ws, candidate.request) is not None:
-                continue
-            request = candidate.request
-            key = (ws.queue.name, request[0] > EPSILON, request[1] > EPSILON, request[2] > EPSILON)
-            anyone = anyone_over.get(key)
-            if anyone is None:
-                anyone = anyone_over[key] = self._anyone_over_fair_share(ws, request)
-            if not anyone:
-                continue
-            reach = _within_fair_share(ws.queue, candidate.request)
             if reach == 0:
-                queue = ws.queue
-                resource = _first_over(queue.alloc, candidate.request, queue.fair_share)
-                share = amount_text(resource, queue.fair_share[resource])
-                self._note(
-                    ws, f"cannot reclaim: queue {queue.name} would exceed its fair share of {share}"
-                )
+                self._cannot_reclaim_within(candidate)
                 continue
             placed, tried = self._evict_for(
                 candidate, self._reclaim_victims(candidate, reach), "reclaim"
@@ -380,6 +533,32 @@ class Cycle:
                     "over its fair share",
                 )
 
+    def _reclaim_reach(
+        self, candidate: Candidate, anyone_over: dict[tuple[str, bool, bool, bool], bool]
+    ) -> int | None:
+        """How far up its queue path the candidate stays within fair share (see
+        `_within_fair_share`); None when reclaim does not apply to it."""
+        ws = candidate.workload
+        request = candidate.request
+        if self.quota_block(ws, request) is not None:
+            return None
+        key = (ws.queue.name, request[0] > EPSILON, request[1] > EPSILON, request[2] > EPSILON)
+        anyone = anyone_over.get(key)
+        if anyone is None:
+            anyone = anyone_over[key] = self._anyone_over_fair_share(ws, request)
+        if not anyone:
+            return None
+        return _within_fair_share(ws.queue, request)
+
+    def _cannot_reclaim_within(self, candidate: Candidate) -> None:
+        queue = candidate.workload.queue
+        resource = _first_over(queue.alloc, candidate.request, queue.fair_share)
+        share = amount_text(resource, queue.fair_share[resource])
+        self._note(
+            candidate.workload,
+            f"cannot reclaim: queue {queue.name} would exceed its fair share of {share}",
+        )
+
     def _anyone_over_fair_share(self, ws: WorkloadState, request: Request) -> bool:
         return any(
             leaf.leaf and leaf is not ws.queue and _over_fair_share(leaf, request)
@@ -393,29 +572,56 @@ class Cycle:
 
     def _reclaim_victims(self, candidate: Candidate, reach: int) -> Callable[[], Unit | None]:
         ws = candidate.workload
+        request = candidate.request
         path = ws.queue.path
         ancestors = {queue.name for queue in path}
         # The victim's branch must split from the reclaimer's at an ancestor below which
         # the reclaimer stays within its fair share (the root counts when all of it does).
         meeting = {queue.name for queue in path[1 : reach + 1]}
         root_allowed = reach >= len(path)
+        leaves = [leaf for leaf in self.queues.values() if leaf.leaf and leaf is not ws.queue]
+        # Whether a leaf may give depends on the totals of its path below the reclaimer's,
+        # and its rank on its own: an eviction changes only those of the victim's path.
+        below = {
+            leaf.name: {
+                level.name
+                for level in itertools.takewhile(lambda q: q.name not in ancestors, leaf.path)
+            }
+            for leaf in leaves
+        }
+        ranked: dict[str, tuple[tuple[float, float, tuple[object, ...]], QueueState]] = {}
+        taken_from: list[QueueState] = []
+
+        def rank(leaf: QueueState) -> None:
+            if _over_below(leaf, ancestors, meeting, root_allowed, request):
+                key = (-_served_ratio(leaf, request), -leaf.alloc[0], self._name_key(leaf))
+                ranked[leaf.name] = (key, leaf)
+            else:
+                ranked.pop(leaf.name, None)
+
+        for leaf in leaves:
+            rank(leaf)
 
         def next_victim() -> Unit | None:
-            ranked = []
-            for leaf in self.queues.values():
-                if not leaf.leaf or leaf is ws.queue:
-                    continue
-                if _over_below(leaf, ancestors, meeting, root_allowed, candidate.request):
-                    ratio = _served_ratio(leaf, candidate.request)
-                    ranked.append(((-ratio, -leaf.alloc[0], natural_key(leaf.name)), leaf))
-            ranked.sort(key=lambda item: item[0])
-            for _, leaf in ranked:
+            if taken_from:
+                changed = {queue.name for queue in taken_from.pop().path}
+                for leaf in leaves:
+                    if not below[leaf.name].isdisjoint(changed):
+                        rank(leaf)
+            for _, leaf in sorted(ranked.values(), key=lambda item: item[0]):
                 unit = self._first_unit(leaf, ws, None)
                 if unit is not None:
+                    taken_from.append(leaf)
                     return unit
             return None
 
         return next_victim
+
+    def _name_key(self, queue: QueueState) -> tuple[object, ...]:
+        key = self._name_keys.get(queue.name)
+        if key is None:
+            key = self._name_keys[queue.name] = natural_key(queue.name)
+        return key
 
     # -- preempt -----------------------------------------------------------------------
 
@@ -423,9 +629,24 @@ class Cycle:
         """Within one queue, higher-priority work evicts lower-priority preemptible work."""
         # The lowest priority in each queue: work at or below it has nothing to preempt.
         lowest: dict[str, int] = {}
+        # The lowest priority running in each queue: only work above it can preempt, or
+        # be told why it could not.
+        floor: dict[str, int] = {}
         for ws in self.workloads:
             name = ws.queue.name
-            lowest[name] = min(lowest.get(name, ws.workload.priority), ws.workload.priority)
+            priority = ws.workload.priority
+            lowest[name] = min(lowest.get(name, priority), priority)
+            if ws.running:
+                floor[name] = min(floor.get(name, priority), priority)
+        if self._settled and not any(
+            candidate.workload.workload.priority
+            > floor.get(candidate.workload.queue.name, math.inf)
+            for candidate in self._pending()
+        ):
+            # The rest would only try to fit as things are, which allocate found they do
+            # not (nothing was freed since; placement is greedy, so for a gang of unlike
+            # tasks this could in contrived cases miss a fit that a fuller state allows).
+            return
         for candidate in self._pending_in_order():
             ws = candidate.workload
             # Victims are preemptible, so evicting them never makes room within deserved.
@@ -465,6 +686,7 @@ class Cycle:
         mark = state.checkpoint()
         victims: list[tuple[Unit, list[Placement]]] = []
         self._tentative.clear()
+        self._resume.clear()
         while True:
             if (
                 candidate.request[0] <= state.free_gpu + EPSILON
@@ -564,11 +786,15 @@ class Cycle:
         while start < len(units) and units[start][0].name in self.touched:
             start += 1
         self._cursor[leaf.name] = start
+        # Nothing passed over earlier in this attempt becomes usable again during it.
+        start = max(start, self._resume.get(leaf.name, 0))
         allowed = self.placer.eligible(ws)
-        for unit in units[start:]:
+        for position in range(start, len(units)):
+            unit = units[position]
             victim, tasks = unit
             if below_priority is not None and victim.workload.priority >= below_priority:
                 # Units are sorted by priority: nothing further down qualifies either.
+                self._resume[leaf.name] = position
                 return None
             if victim.name in self.touched or victim.started or id(unit) in self._tentative:
                 continue
@@ -584,7 +810,9 @@ class Cycle:
                 self.state.by_name[victim.running[task].node].index in allowed for task in running
             ):
                 continue
+            self._resume[leaf.name] = position + 1
             return unit
+        self._resume[leaf.name] = len(units)
         return None
 
     def _record_eviction(
@@ -592,6 +820,7 @@ class Cycle:
     ) -> None:
         self.evictions.append(Eviction(ws.name, tasks, action, by.name, why))
         self.touched.add(ws.name)
+        self._settled = False
 
     @staticmethod
     def _eviction_reason(action: str, victim: WorkloadState, by: WorkloadState) -> str:
@@ -610,11 +839,16 @@ class Cycle:
 
     # -- the order of pending work for consolidate, reclaim and preempt ----------------
 
+    def _pending(self) -> Iterator[Candidate]:
+        """The candidates of `_pending_in_order`, in no particular order."""
+        for ws in self.waiting:
+            if not ws.running and not ws.started and ws.name not in self.touched:
+                yield self._gang_candidate(ws)
+
     def _pending_in_order(self) -> Iterator[Candidate]:
         order = FairOrder(list(self.queues.values()))
-        for ws in self.workloads:
-            if not ws.running and not ws.started and ws.name not in self.touched:
-                order.add(self._gang_candidate(ws))
+        for pending in self._pending():
+            order.add(pending)
         order.refresh_all(list(self.queues.values()))
         while (candidate := order.pop()) is not None:
             if not candidate.workload.running:

@@ -44,11 +44,18 @@ def shapes_of(workloads: Iterable[tuple[Workload, int]], max_device_memory: int)
     GPU-memory request counts as its share of the largest device."""
     counts: Counter[Shape] = Counter()
     for workload, times in workloads:
-        selector = tuple(sorted(workload.node_selector.items()))
-        for group in workload.task_groups:
-            shape = (_nominal(group, max_device_memory), group.cpu, selector)
-            counts[shape] += group.replicas * times
+        for shape, tasks in task_shapes(workload, max_device_memory):
+            counts[shape] += tasks * times
     return counts
+
+
+def task_shapes(workload: Workload, max_device_memory: int) -> list[tuple[Shape, int]]:
+    """The shapes of a workload's tasks, each with how many of its tasks have it."""
+    selector = tuple(sorted(workload.node_selector.items()))
+    return [
+        ((_nominal(group, max_device_memory), group.cpu, selector), group.replicas)
+        for group in workload.task_groups
+    ]
 
 
 def _nominal(group: TaskGroup, max_device_memory: int) -> float:

@@ -39,13 +39,14 @@ class Candidate:
 def queue_key(queue: QueueState, request: Request) -> QueueKey:
     alloc = queue.alloc
     deserved = queue.deserved
+    allotments = queue.allotment
     starved = True
     share = 0.0
     for resource in range(3):
         amount = alloc[resource] + request[resource]
         if amount > deserved[resource] + EPSILON:
             starved = False
-        allotment = queue.allotment(resource)
+        allotment = allotments[resource]
         if math.isinf(allotment) or amount <= EPSILON:
             continue
         share = math.inf if allotment <= EPSILON else max(share, amount / allotment)

@@ -497,7 +497,8 @@ class Placer:
     def too_big(self, workload: WorkloadState, tasks: list[int]) -> str | None:
         """Why some task can never fit on any eligible node, even an empty one, or None."""
         allowed = self.eligible(workload)
-        for group in {workload.tasks[task] for task in tasks}:
+        # In task order (a set would name a different group from one process to the next).
+        for group in dict.fromkeys(workload.tasks[task] for task in tasks):
             reason = self._too_big(group, allowed)
             if reason is not None:
                 return reason

@@ -4,7 +4,8 @@ Every change (a task bound to devices, a task taken off them) goes through `bind
 `unbind`, which keep the free-capacity indices and the queue totals up to date and
 write an undo record to a journal. `checkpoint()` and `rollback()` let an action try a
 candidate (evict some victims, place a workload) and undo it if it does not work out:
-simulate, then commit or roll back.
+simulate, then commit or roll back. A state may be kept from one cycle to the next
+(`engine.Scheduler`): what changed in between goes through `add` and `remove`.
 
 Free capacity is indexed so that placement does not scan every node for every task:
 nodes are bucketed by their number of wholly free devices, and partly used devices
@@ -15,11 +16,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
 
+from corral.engine.fragmentation import Shape
 from corral.model import Node, Placement, Queue, Resources, TaskGroup, Workload
 from corral.model.resources import EPSILON
+
+if TYPE_CHECKING:
+    from corral.engine.ordering import Candidate
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -69,6 +75,7 @@ class QueueState:
     __slots__ = (
         "age",
         "alloc",
+        "allotment",
         "children",
         "deserved",
         "fair_share",
@@ -103,14 +110,17 @@ class QueueState:
         self.np_alloc = [0.0, 0.0, 0.0]
         self.requested = [0.0, 0.0, 0.0]
         self.fair_share = [0.0, 0.0, 0.0]
+        # What the queue is entitled to now: its deserved quota or fair share, the larger
+        # (see `set_fair_share`).
+        self.allotment = list(self.deserved)
 
     @property
     def leaf(self) -> bool:
         return not self.children
 
-    def allotment(self, resource: int) -> float:
-        """What the queue is entitled to now: its deserved quota or fair share, the larger."""
-        return max(self.deserved[resource], self.fair_share[resource])
+    def set_fair_share(self, share: list[float]) -> None:
+        self.fair_share[:] = share
+        self.allotment[:] = [max(pair) for pair in zip(self.deserved, share, strict=True)]
 
 
 @dataclass(slots=True)
@@ -125,8 +135,16 @@ class WorkloadState:
     original: dict[int, Placement] = field(default_factory=dict)
     # Placements of tasks started this cycle.
     started: dict[int, Placement] = field(default_factory=dict)
-    evicted_by: list[tuple[tuple[int, ...], str, str | None, str]] = field(default_factory=list)
     reason: str | None = None
+    # GPU, CPU and memory of all its tasks as the cycle began (see Cycle.request_of), and
+    # the shapes of its tasks: kept with the workload from one cycle to the next.
+    demand: tuple[float, float, float] | None = None
+    # Its minimum gang as a candidate for placement, while no task runs.
+    gang: Candidate | None = None
+    shapes: list[tuple[Shape, int]] | None = None
+    # Why its minimum gang fits no eligible node even when empty, once `sized`.
+    never_fits: str | None = None
+    sized: bool = False
 
     @property
     def name(self) -> str:
@@ -148,21 +166,15 @@ _UNBIND = 1
 class ClusterState:
     """Nodes, devices and queue totals, with an undo journal."""
 
-    def __init__(
-        self,
-        nodes: tuple[Node, ...],
-        queues: dict[str, QueueState],
-        kinds: dict[str, int] | None = None,
-    ) -> None:
+    def __init__(self, nodes: tuple[Node, ...], queues: dict[str, QueueState]) -> None:
+        """Empty nodes, all of one kind: `load` the running tasks, `set_kinds`, then
+        `index()`."""
         ordered = sorted(nodes, key=lambda node: natural_key(node.name))
-        kind_of = kinds or {}
-        self.nodes = [
-            NodeState(index, node, kind_of.get(node.name, 0)) for index, node in enumerate(ordered)
-        ]
+        self.nodes = [NodeState(index, node) for index, node in enumerate(ordered)]
         self.by_name = {state.name: state for state in self.nodes}
         self.queues = queues
         self.max_devices = max((node.gpus for node in ordered), default=0)
-        self._kinds = max(kind_of.values(), default=0) + 1
+        self._kinds = 1
         # buckets[c]: schedulable nodes with exactly c wholly free devices, in name order.
         self.buckets: list[SortedList] = []
         # kind_buckets[k][c]: the same, for the nodes of kind k.
@@ -170,8 +182,22 @@ class ClusterState:
         # Partly used devices of schedulable nodes: (free fraction, node index, device).
         self.partial = SortedList()
         self.free_gpu = 0.0
-        self.index()
         self.journal: list[tuple[int, WorkloadState, Placement]] = []
+        # Nodes and leaf queues whose totals changed since they were last rounded.
+        self._changed_nodes: set[NodeState] = set()
+        self._changed_queues: set[QueueState] = set()
+
+    def set_kinds(self, kinds: dict[str, int]) -> bool:
+        """Say which nodes are alike (see NodeState.kind). Returns whether any node's kind
+        changed: the indices must then be built again (`index()`)."""
+        changed = False
+        for node in self.nodes:
+            kind = kinds.get(node.name, 0)
+            if node.kind != kind:
+                node.kind = kind
+                changed = True
+        self._kinds = max(kinds.values(), default=0) + 1
+        return changed
 
     def load(self, workload: WorkloadState, placement: Placement) -> None:
         """Add a task that was running when the cycle began, without keeping the indices
@@ -192,8 +218,39 @@ class ClusterState:
         self._count(workload, placement, group, 1.0)
         workload.running[placement.task] = placement
 
+    def add(self, workload: WorkloadState, placement: Placement) -> None:
+        """Add a running task between cycles: indices kept, no journal."""
+        self._add(workload, placement)
+
+    def remove(self, workload: WorkloadState) -> None:
+        """Take off every running task of a workload between cycles: indices kept, no
+        journal."""
+        for placement in list(workload.running.values()):
+            self._remove(workload, placement)
+
+    def settle(self) -> None:
+        """Round the totals that changed since they were last rounded. Rounded totals do
+        not depend on the order tasks were added and taken off in, so a state kept from
+        an earlier cycle and one built afresh agree exactly."""
+        for node in self._changed_nodes:
+            node.free_cpu = _round(node.free_cpu)
+            node.free_memory = _round(node.free_memory)
+        self._changed_nodes.clear()
+        rounded: set[str] = set()
+        for leaf in self._changed_queues:
+            for queue in leaf.path:
+                if queue.name not in rounded:
+                    rounded.add(queue.name)
+                    queue.alloc[:] = [_round(value) for value in queue.alloc]
+                    queue.np_alloc[:] = [_round(value) for value in queue.np_alloc]
+        self._changed_queues.clear()
+
     def index(self) -> None:
-        """Build the free-capacity indices from the nodes as they stand."""
+        """Round every total (see `settle`) and build the free-capacity indices from the
+        nodes as they stand."""
+        self._changed_nodes.update(self.nodes)
+        self._changed_queues.update(queue for queue in self.queues.values() if queue.leaf)
+        self.settle()
         buckets: list[list[int]] = [[] for _ in range(self.max_devices + 1)]
         kind_buckets: list[list[list[int]]] = [
             [[] for _ in range(self.max_devices + 1)] for _ in range(self._kinds)
@@ -249,6 +306,8 @@ class ClusterState:
 
     def _use(self, workload: WorkloadState, placement: Placement, sign: float) -> None:
         node = self.by_name[placement.node]
+        self._changed_nodes.add(node)
+        self._changed_queues.add(workload.queue)
         group = workload.tasks[placement.task]
         node.free_cpu -= sign * group.cpu
         node.free_memory -= sign * group.memory

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ def format_memory(amount: float) -> str:
     return f"{amount:.0f}B"
 
 
+@functools.lru_cache(maxsize=4096)
 def format_gpus(amount: float) -> str:
     """Render a GPU amount: "3" for whole devices, "0.5" for fractions, "unlimited"."""
     if math.isinf(amount):
@@ -59,6 +61,7 @@ def format_gpus(amount: float) -> str:
     return f"{rounded:g}"
 
 
+@functools.lru_cache(maxsize=4096)
 def plural_gpus(amount: float) -> str:
     """ "1 GPU", "2 GPUs", "0.5 GPU", "0 GPUs"."""
     text = format_gpus(amount)

@@ -8,8 +8,11 @@ decisions applied). While the store's generation shows no other change that a cy
 depends on, the next snapshot is that one plus the workloads submitted since, read by id:
 a burst of submissions costs each cycle the new work, not all the work in the store. Any
 other change, and every `FULL_SNAPSHOT_SECONDS` in any case, reads the whole snapshot
-again. With `CORRAL_VERIFY_SNAPSHOTS=1` in the environment (the tests set it) every
-incremental snapshot is compared with a full read, and a difference fails the cycle.
+again. The engine likewise keeps the state of running work between cycles
+(`engine.Scheduler`), so a cycle loads only the work that started, stopped or changed.
+With `CORRAL_VERIFY_SNAPSHOTS=1` in the environment (the tests set it) every incremental
+snapshot is compared with a full read and every cycle's decisions with a fresh
+`engine.schedule()`, and a difference fails the cycle.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from corral.engine import apply_decisions, schedule
+from corral.engine import Scheduler, apply_decisions, schedule
 from corral.model import Decisions, SchedulerConfig, Snapshot
 from corral.server.metrics import SchedulerMetrics
 from corral.store import Store
@@ -74,6 +77,8 @@ class SchedulerLoop:
         self.full_snapshots = 0
         self.verify = os.environ.get("CORRAL_VERIFY_SNAPSHOTS", "") not in ("", "0")
         self._kept: _Kept | None = None
+        # The engine keeps the state of running work from one cycle to the next.
+        self._engine = Scheduler()
         self.metrics = SchedulerMetrics()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -103,13 +108,13 @@ class SchedulerLoop:
             if attempt == OPTIMISTIC_ATTEMPTS:
                 with self.store.writing():
                     snapshot, newest, read_at = self._snapshot(self.store.generation)
-                    decisions = schedule(snapshot, self.config)
+                    decisions = self._decide(snapshot)
                     releases = self.store.apply(decisions)
                     self._keep(snapshot, decisions, newest, read_at)
                 break
             generation = self.store.generation
             snapshot, newest, read_at = self._snapshot(generation)
-            decisions = schedule(snapshot, self.config)
+            decisions = self._decide(snapshot)
             with self.store.writing():
                 if self.store.generation == generation:
                     releases = self.store.apply(decisions)
@@ -124,6 +129,16 @@ class SchedulerLoop:
         self.metrics.cycle_done(self.last_seconds, decisions)
         if self.on_changes is not None and decisions.changed:
             self.on_changes(decisions, releases)
+        return decisions
+
+    def _decide(self, snapshot: Snapshot) -> Decisions:
+        decisions = self._engine(snapshot, self.config)
+        if self.verify:
+            fresh = schedule(snapshot, self.config)
+            if decisions != fresh:
+                raise AssertionError(
+                    f"kept state: the engine decided {decisions}, schedule() decides {fresh}"
+                )
         return decisions
 
     def _snapshot(self, generation: int) -> tuple[Snapshot, int, float]:

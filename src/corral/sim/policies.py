@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from corral.engine import schedule
+from corral.engine import Scheduler
 from corral.model import (
     PRIORITY_CLASSES,
     Decisions,
@@ -34,7 +34,7 @@ from corral.sim.cluster import Cluster
 from corral.sim.errors import SimError
 from corral.sim.packing import SCORERS, ScorerScheduler
 
-Scheduler = Callable[[Snapshot, SchedulerConfig], Decisions]
+Schedule = Callable[[Snapshot, SchedulerConfig], Decisions]
 
 POLICIES = ("corral", "static", "fifo", *SCORERS)
 POOL = "pool"
@@ -51,22 +51,22 @@ class Setup:
     nodes: tuple[Node, ...]
     queues: tuple[Queue, ...]
     config: SchedulerConfig
-    scheduler: Scheduler
+    scheduler: Schedule
     pool: str | None = None
 
 
 def prepare(policy: str, cluster: Cluster, seed: int = 0) -> Setup:
     """The setup of `policy` on `cluster`; `seed` drives the random scorer."""
     if policy == "corral":
-        return Setup(policy, cluster.nodes, cluster.queues, cluster.config, schedule)
+        return Setup(policy, cluster.nodes, cluster.queues, cluster.config, Scheduler())
     config = replace(cluster.config, actions=("allocate",))
     if policy == "static":
         queues = tuple(_owned(queue) for queue in cluster.queues)
-        return Setup(policy, cluster.nodes, queues, config, schedule)
+        return Setup(policy, cluster.nodes, queues, config, Scheduler())
     # Non-preemptible work must fit its queue's deserved quota: the pool deserves it all.
     pool = (Queue(POOL, deserved=gpu_quota(cluster.gpus)),)
     if policy == "fifo":
-        return Setup(policy, cluster.nodes, pool, config, schedule, POOL)
+        return Setup(policy, cluster.nodes, pool, config, Scheduler(), POOL)
     if policy in SCORERS:
         scheduler = ScorerScheduler(SCORERS[policy], seed)
         return Setup(policy, cluster.nodes, pool, config, scheduler, POOL)

@@ -1,5 +1,6 @@
 """The discrete-event simulation: a virtual clock, arrivals and completions, and
-scheduling cycles through the same `schedule()` the live scheduler calls.
+scheduling cycles through the same engine the live scheduler calls (an
+`engine.Scheduler`, which keeps the state of running work from one cycle to the next).
 
 Cycles fall on a grid of `cycle_interval` seconds. An event (an arrival, a completion)
 asks for a cycle at the next grid time, so events between two grid times share one

@@ -88,6 +88,57 @@ def test_fraction_still_prefers_a_shared_device_to_a_free_one() -> None:
     assert bindings["y"][0].devices == (0,)
 
 
+def test_cpu_hungry_task_goes_where_its_cpu_strands_no_gpu() -> None:
+    # Alike but for CPU: n0 has 24 cores for 4 GPUs, n1 64. The shapes ask for 7 cores
+    # per GPU on average (1 GPU with 10 CPU x1, 1 GPU with 6 CPU x3). On n0 the 10 cores
+    # leave 14 for its 3 free GPUs, enough for 2 at 7 each: 1 GPU stranded, against 0.57
+    # before. On n1 the 54 cores left serve all 3. Both nodes stay usable by both shapes
+    # (14 cores >= 10), so without the CPU term they tie and n0 wins by name.
+    nodes = (Node("n0", gpus=4, cpu=24), Node("n1", gpus=4, cpu=64))
+    later = tuple(job(f"y{i}", 1, cpu=6, at=2 + i) for i in range(3))
+    bindings = placed(nodes, job("x", 1, cpu=10, at=1), *later)
+    assert bindings["x"][0].node == "n1"
+
+
+def test_stranded_gpus_by_hand() -> None:
+    # Shapes: 1 GPU with 10 CPU (x1), 0.5 GPU with 2 CPU (x2), CPU only (x1): weighted,
+    # 1/4 x 10 + 2/4 x 2 = 3.5 cores for 1/4 x 1 + 2/4 x 0.5 = 0.5 GPU, 7 per GPU.
+    node = Node("n", gpus=4, cpu=32)
+    shapes = shapes_of(
+        [(job("a", 1, cpu=10), 1), (job("c", 0.5, cpu=2), 2), (job("d", 0, cpu=2), 1)],
+        node.gpu_memory,
+    )
+    model = Fragmentation([node], shapes)
+    # 2.9 GPUs free; 14 cores serve 2 of them.
+    assert model.stranded(0, (1.0, 1.0, 0.6, 0.3), 14.0) == pytest.approx(0.9)
+    assert model.stranded(0, (1.0, 1.0, 0.6, 0.3), 21.0) == 0.0
+    # A 1-GPU task with 10 cores on a node with 2 GPUs and 14 cores free. Usable: 1/4 x 2
+    # + 2/4 x 2 = 1.5 before, 2/4 x 1 after (4 cores are too few for the 1-GPU shape).
+    # Stranded: none before (14 cores serve 2 GPUs), 1 - 4/7 = 3/7 after, lost to the GPU
+    # shapes (weight 3/4). Less the GPU taken.
+    growth = model.change(0, [0.0, 0.0, 1.0, 1.0], 14.0, (0,), 1.0, 10.0)
+    assert growth == pytest.approx(1.5 - 0.5 + 0.75 * 3 / 7 - 1.0)
+
+
+def test_less_stranding_is_no_gain_where_a_shape_is_bound_by_its_selector() -> None:
+    # A P100 node with 2 GPUs and 10 cores; the shapes ask for 10 cores per GPU, so 1 GPU
+    # is stranded while the node is idle. A 1-GPU task with 2 cores leaves 1 GPU and 8
+    # cores: stranded 0.2, and the 10-core shapes fit no more (usable 2 -> 0).
+    node = Node("p", gpus=2, cpu=10, gpu_model="P100")
+    anywhere = shapes_of([(job("a", 1, cpu=10), 2)], node.gpu_memory)
+    model = Fragmentation([node], anywhere)
+    # Only shapes that fit anywhere: the 0.8 GPU no longer stranded counts as a gain.
+    assert model.change(0, [0.0, 0.0], 10.0, (0,), 1.0, 2.0) == pytest.approx(2 - 0.8 - 1)
+    # Half of the tasks may use only P100s: the node's GPUs are theirs to keep, and
+    # serving stranded ones with work that could go anywhere earns nothing.
+    bound = shapes_of(
+        [(job("a", 1, cpu=10), 1), (job("b", 1, cpu=10, models=("P100",)), 1)],
+        node.gpu_memory,
+    )
+    model = Fragmentation([node], bound)
+    assert model.change(0, [0.0, 0.0], 10.0, (0,), 1.0, 2.0) == pytest.approx(2 - 1)
+
+
 def test_unconstrained_work_leaves_room_for_constrained_work() -> None:
     # Both nodes are idle and alike but for their model; a100 comes first by name. The
     # A100-only shape can use only a100's GPUs, so the free task goes to t4.

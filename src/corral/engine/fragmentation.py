@@ -11,6 +11,17 @@ asks for. Like the paper's measure, shapes are GPUs and CPU: host memory is chec
 a task is placed but left out of the shapes (it rarely binds on GPU nodes, and it splits
 shapes that differ in nothing else; with it the Alibaba figure was 0.4 points worse).
 
+Beyond the paper's measure, free GPUs need CPU. At the CPU per GPU that the GPU shapes a
+node hosts ask for on average, the free GPU capacity of the node beyond what its free CPU
+serves is stranded, lost to all of those shapes. A shape's own CPU check sees a node's CPU
+only once it falls below one task's; this term sees a task take more CPU than its GPUs'
+share, so CPU-hungry tasks go where CPU is plentiful and CPU-light ones where it is short,
+to the GPUs that CPU-poor nodes could not serve otherwise. That pull is left out on nodes
+that some shape may use only because of its node selector: there it would fill with work
+that could go anywhere the GPUs that only the selective shapes can use. (On the Alibaba
+trace: 4.17% of GPUs unallocated instead of 4.94%; with GPU-model constraints on a third of
+the tasks 12.52% instead of 12.61%, while with the pull everywhere it was 13.95%.)
+
 Placing a task where it raises the expected fragmentation least keeps free capacity in
 the forms the workload will ask for. Only the change matters, so the model counts the
 opposite, the capacity each shape can use, and scores a placement by how much of it is
@@ -78,6 +89,9 @@ class Fragmentation:
         kinds: dict[tuple[object, ...], int] = {}
         self._whole: list[list[tuple[int, float, float]]] = []
         self._fraction: list[list[tuple[float, float, float]]] = []
+        # Per kind: the CPU per GPU its GPU shapes ask for on average, their weight, and
+        # whether any of them is bound to the kind by a node selector.
+        self._cpu_rate: list[tuple[float, float, bool]] = []
         # Which shapes a node hosts depends only on its labels that selectors name.
         named = sorted({key for shape, _ in gpu_shapes for key, _ in shape[2]})
         hosted_by: dict[tuple[str | None, ...], tuple[int, ...]] = {}
@@ -99,6 +113,15 @@ class Fragmentation:
                     [(int(s[0]), s[1], w) for s, w in hosted if 1 <= s[0] <= node.gpus]
                 )
                 self._fraction.append([(s[0], s[1], w) for s, w in hosted if s[0] < 1])
+                asked = sum(s[0] * w for s, w in hosted)
+                cpu_asked = sum(s[1] * w for s, w in hosted)
+                self._cpu_rate.append(
+                    (
+                        cpu_asked / asked if asked else 0.0,
+                        sum(w for _, w in hosted),
+                        any(s[2] for s, _ in hosted),
+                    )
+                )
             self.kind_of[node.name] = number
         self._usable: dict[NodeKey, float] = {}
 
@@ -121,6 +144,14 @@ class Fragmentation:
         self._usable[key] = total
         return total
 
+    def stranded(self, number: int, frees: Sequence[float], cpu: float) -> float:
+        """Free GPU capacity (shares `frees`) of a node of kind `number` that `cpu` free
+        cores cannot serve at the CPU per GPU its GPU shapes ask for on average."""
+        rate = self._cpu_rate[number][0]
+        if not rate:
+            return 0.0
+        return max(0.0, sum(frees) - max(cpu, 0.0) / rate)
+
     def change(
         self,
         number: int,
@@ -137,8 +168,14 @@ class Fragmentation:
         for device in devices:
             after_used[device] = after_used[device] + per_device
         after = tuple(sorted((round(1.0 - value, 9) for value in after_used), reverse=True))
-        lost = self.usable((number, before, free_cpu)) - self.usable(
-            (number, after, round(free_cpu - cpu, 9))
-        )
+        after_cpu = round(free_cpu - cpu, 9)
+        lost = self.usable((number, before, free_cpu)) - self.usable((number, after, after_cpu))
+        # GPUs the CPU left cannot serve are lost to every GPU shape the node hosts; fewer
+        # of them count as a gain only where no shape is bound by its node selector.
+        _, weight, selective = self._cpu_rate[number]
+        stranded = self.stranded(number, after, after_cpu) - self.stranded(number, before, free_cpu)
+        if selective:
+            stranded = max(stranded, 0.0)
+        lost += weight * stranded
         # Every shape counts the GPUs taken as no longer free: fragmentation falls by them.
         return lost - per_device * len(devices)

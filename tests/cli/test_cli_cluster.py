@@ -40,6 +40,7 @@ def test_a_department_tree_with_every_quota(admin: Cli, api: httpx.Client) -> No
         "6 GPUs, 32 CPUs, 128GiB",
         "2",
         "200",
+        "-",
     ]
     assert admin.json("project", "list") == api.get("/queues").json()
 
@@ -65,6 +66,72 @@ def test_set_changes_only_what_it_is_given(admin: Cli, api: httpx.Client) -> Non
     assert queue["limit"] == {"gpu": None, "cpu": 16, "memory": 64 * GIB}
     assert queue["deserved"] == {"gpu": 3, "cpu": None, "memory": None}
     assert (queue["priority"], queue["over_quota_weight"]["gpu"]) == (150, 3)
+
+
+def test_rules_per_workload_class_set_and_changed_one_class_at_a_time(
+    admin: Cli, api: httpx.Client
+) -> None:
+    out = admin.ok(
+        "project", "create", "ruled", "--deserved", "2",
+        "--idle-timeout", "interactive=30m", "--max-runtime", "train=7d",
+        "--idle-timeout", "train=2h",
+    )  # fmt: skip
+    assert out == (
+        "Created project ruled: deserved 2 GPUs, limit none. "
+        "Rules: build: idle 30m; train: idle 2h, max runtime 7d.\n"
+    )
+    assert api.get("/queues/ruled").json()["rules"] == {
+        "build": {"idle_timeout": 1800, "max_runtime": None},
+        "train": {"idle_timeout": 7200, "max_runtime": 604800},
+    }
+    # The API replaces the rules whole; the CLI keeps the classes and limits not named.
+    admin.ok(
+        "project", "set", "ruled", "--max-runtime", "inference=1d", "--idle-timeout", "train=none"
+    )
+    assert api.get("/queues/ruled").json()["rules"] == {
+        "build": {"idle_timeout": 1800, "max_runtime": None},
+        "inference": {"idle_timeout": None, "max_runtime": 86400},
+        "train": {"idle_timeout": None, "max_runtime": 604800},
+    }
+    out = admin.ok(
+        "project", "set", "ruled", "--idle-timeout", "build=none", "--max-runtime", "train=none"
+    )
+    assert out == (
+        "Updated ruled: deserved 2 GPUs, limit none, over-quota weight 1, priority 100. "
+        "Rules: inference: max runtime 1d.\n"
+    )
+    assert row(admin.ok("project", "list"), "ruled")[-1] == "inference: max runtime 1d"
+    admin.ok("project", "set", "ruled", "--max-runtime", "inference=none")
+    assert api.get("/queues/ruled").json()["rules"] == {}
+    assert row(admin.ok("project", "list"), "ruled")[-1] == "-"
+
+
+@sqlite_only
+def test_invalid_rule_options_name_the_option_and_change_nothing(
+    admin: Cli, api: httpx.Client
+) -> None:
+    make(api, "/queues", {"name": "rbad", "rules": {"train": {"max_runtime": 3600}}})
+    before = api.get("/queues").json()
+    for args, message in [
+        (["--idle-timeout", "interactive"], "--idle-timeout: 'interactive' is not CLASS=DURATION"),
+        (
+            ["--idle-timeout", "notebook=30m"],
+            "--idle-timeout: 'notebook' is not a workload class (train, build-preemptible, "
+            "build, inference, interactive, interactive-preemptible)",
+        ),
+        (
+            ["--max-runtime", "train=soon"],
+            "--max-runtime: 'soon' is not a duration (for example 90, 30m, 4h, 7d)",
+        ),
+        (["--max-runtime", "train=0"], "--max-runtime: '0' must be more than 0 seconds"),
+        (
+            ["--idle-timeout", "build=1h", "--idle-timeout", "interactive=2h"],
+            "--idle-timeout: the build class is given twice",
+        ),
+    ]:
+        assert admin.fails("project", "create", "rbad2", *args, code=2) == message
+        assert admin.fails("project", "set", "rbad", *args, code=2) == message
+    assert api.get("/queues").json() == before
 
 
 def test_delete_a_project_then_its_department(admin: Cli, api: httpx.Client) -> None:

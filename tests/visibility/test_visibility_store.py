@@ -15,12 +15,12 @@ from sqlalchemy import update
 from vis_timeline import sample
 
 from corral.model import Decisions, Eviction, Node, Placement, Queue, Resources, TaskGroup
+from corral.model.durations import format_duration
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Invalid, Store
 from corral.store.db import MIGRATIONS
 from corral.store.rules import (
     enforce_rules,
-    format_duration,
     normalize_rules,
     set_rules,
     workload_class,

@@ -2,17 +2,21 @@
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from corral.model import parse_memory
+from corral.model.durations import parse_duration
 from corral.scenario import ScenarioError
 from corral.sdk import ApiError, ServerUnreachable
+
+_Value = TypeVar("_Value")
 
 # A check the user asked for did not hold (for `plan`: an expectation).
 EXIT_CHECK_FAILED = 1
@@ -114,8 +118,17 @@ def parse_number(flag: str, text: str, what: str) -> float:
 
 def parse_memory_option(flag: str, text: str) -> int:
     """Bytes from "512MiB", "80GiB"; InvalidInput names the flag."""
+    return _parsed(flag, parse_memory, text)
+
+
+def parse_duration_option(flag: str, text: str) -> float:
+    """Seconds from "90", "30m", "2d"; InvalidInput names the flag."""
+    return _parsed(flag, parse_duration, text)
+
+
+def _parsed(flag: str, parse: Callable[[str], _Value], text: str) -> _Value:
     try:
-        return parse_memory(text)
+        return parse(text)
     except ValueError as error:
         raise InvalidInput(f"{flag}: {error}") from None
 

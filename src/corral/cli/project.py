@@ -2,7 +2,9 @@
 
 A project is a queue that workloads are submitted to; a department is a queue with
 projects under it. Amounts are GPUs unless the option says CPU or memory; a CPU or
-memory quota left out is not managed, and a limit left out is no limit.
+memory quota left out is not managed, and a limit left out is no limit. Rules are given
+per workload class (`--idle-timeout interactive=30m`, `--max-runtime train=7d`); a
+department's rules apply to its projects that do not set the same rule.
 """
 
 from typing import Annotated, Any
@@ -14,15 +16,17 @@ from rich.text import Text
 
 from corral.cli.common import (
     InvalidInput,
+    parse_duration_option,
     parse_memory_option,
     parse_number,
     print_json,
     reported_errors,
 )
 from corral.cli.config import connect
-from corral.model import format_gpus, format_memory
+from corral.model import CLASS_ALIASES, WORKLOAD_CLASSES, format_gpus, format_memory
+from corral.model.durations import format_duration
 from corral.model.resources import plural_gpus
-from corral.sdk.types import Amounts, QueueOut
+from corral.sdk.types import Amounts, QueueOut, RuleOut
 
 project_app = typer.Typer(
     help="Projects (and departments, which hold projects) with their quotas.",
@@ -69,7 +73,28 @@ Priority = Annotated[
         "--priority", help="Projects of higher priority get their quota first.", show_default=False
     ),
 ]
+IdleTimeout = Annotated[
+    list[str] | None,
+    _option(
+        "--idle-timeout",
+        "CLASS=DURATION",
+        "Suspend a workload of this class once all its GPUs have been idle this long, e.g. "
+        "interactive=30m (none: no limit). Repeat for more classes.",
+    ),
+]
+MaxRuntime = Annotated[
+    list[str] | None,
+    _option(
+        "--max-runtime",
+        "CLASS=DURATION",
+        "Stop a workload of this class as failed once it has run this long, e.g. train=7d "
+        "(none: no limit). Repeat for more classes.",
+    ),
+]
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+
+# A queue's rules as the API takes them: limits in seconds by workload class.
+Rules = dict[str, dict[str, float | None]]
 
 
 class _Quota:
@@ -122,6 +147,45 @@ def _quotas(
     )
 
 
+def _rule_changes(idle_timeout: list[str] | None, max_runtime: list[str] | None) -> Rules:
+    """The rule options as given, by class: a limit in seconds, or None for `none`."""
+    changes: Rules = {}
+    for flag, field, items in (
+        ("--idle-timeout", "idle_timeout", idle_timeout or []),
+        ("--max-runtime", "max_runtime", max_runtime or []),
+    ):
+        for item in items:
+            given, equals, text = item.partition("=")
+            if not equals or not given:
+                raise InvalidInput(f"{flag}: {item!r} is not CLASS=DURATION")
+            name = CLASS_ALIASES.get(given, given)
+            if name not in WORKLOAD_CLASSES:
+                known = ", ".join([*WORKLOAD_CLASSES, *CLASS_ALIASES])
+                raise InvalidInput(f"{flag}: {given!r} is not a workload class ({known})")
+            limits = changes.setdefault(name, {})
+            if field in limits:
+                raise InvalidInput(f"{flag}: the {name} class is given twice")
+            limits[field] = (
+                None if text.strip().lower() == NONE else parse_duration_option(flag, text)
+            )
+    return changes
+
+
+def _merged_rules(current: dict[str, RuleOut] | None, changes: Rules) -> Rules:
+    """The queue's rules with the changes made; classes left with no limit drop out."""
+    rules: Rules = {
+        name: {"idle_timeout": limits["idle_timeout"], "max_runtime": limits["max_runtime"]}
+        for name, limits in (current or {}).items()
+    }
+    for name, limits in changes.items():
+        rules.setdefault(name, {"idle_timeout": None, "max_runtime": None}).update(limits)
+    return {
+        name: limits
+        for name, limits in rules.items()
+        if any(value is not None for value in limits.values())
+    }
+
+
 @project_app.command("create")
 def create_command(
     ctx: typer.Context,
@@ -137,12 +201,15 @@ def create_command(
     limit_memory: LimitMemory = None,
     over_quota_weight: Weight = None,
     priority: Priority = None,
+    idle_timeout: IdleTimeout = None,
+    max_runtime: MaxRuntime = None,
 ) -> None:
     """Create a project; with --parent, inside a department (which may be new)."""
     with reported_errors(ctx):
         deserved_quota, limit_quota = _quotas(
             deserved, deserved_cpu, deserved_memory, limit, limit_cpu, limit_memory
         )
+        rule_changes = _rule_changes(idle_timeout, max_runtime)
         body: dict[str, Any] = {"name": name, "parent": parent}
         body["deserved"] = deserved_quota.merged(None)
         if limits := limit_quota.merged(None):
@@ -153,12 +220,14 @@ def create_command(
             )
         if priority is not None:
             body["priority"] = priority
+        if rules := _merged_rules(None, rule_changes):
+            body["rules"] = rules
         with connect() as client:
             queue = client.create_queue(body)
     where = f" in {queue['parent']}" if queue["parent"] else ""
     typer.echo(
         f"Created project {queue['name']}{where}: deserved {_amounts(queue['deserved'])}, "
-        f"limit {_amounts(queue['limit'], empty='none')}."
+        f"limit {_amounts(queue['limit'], empty='none')}.{_rules_sentence(queue)}"
     )
 
 
@@ -177,12 +246,15 @@ def set_command(
     limit_memory: LimitMemory = None,
     over_quota_weight: Weight = None,
     priority: Priority = None,
+    idle_timeout: IdleTimeout = None,
+    max_runtime: MaxRuntime = None,
 ) -> None:
     """Change some of a project's settings; the others stay as they are."""
     with reported_errors(ctx):
         deserved_quota, limit_quota = _quotas(
             deserved, deserved_cpu, deserved_memory, limit, limit_cpu, limit_memory
         )
+        rule_changes = _rule_changes(idle_timeout, max_runtime)
         changes: dict[str, Any] = {}
         if parent is not None:
             changes["parent"] = parent
@@ -193,13 +265,16 @@ def set_command(
         if priority is not None:
             changes["priority"] = priority
         with connect() as client:
-            if deserved_quota.given or limit_quota.given:
-                # The API replaces a quota whole; merge so that --limit-cpu keeps the GPU limit.
+            if deserved_quota.given or limit_quota.given or rule_changes:
+                # The API replaces a quota or the rules whole; merge so that --limit-cpu
+                # keeps the GPU limit, and a rule for one class keeps the others.
                 current = client.get_queue(name)
                 if deserved_quota.given:
                     changes["deserved"] = deserved_quota.merged(current["deserved"])
                 if limit_quota.given:
                     changes["limit"] = limit_quota.merged(current["limit"]) or None
+                if rule_changes:
+                    changes["rules"] = _merged_rules(current["rules"], rule_changes)
             if not changes:
                 raise InvalidInput("give at least one setting to change (see --help)")
             queue = client.update_queue(name, changes)
@@ -207,6 +282,7 @@ def set_command(
         f"Updated {queue['name']}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}, "
         f"over-quota weight {_weight(queue)}, priority {queue['priority']}."
+        f"{_rules_sentence(queue)}"
     )
 
 
@@ -235,6 +311,7 @@ def list_command(ctx: typer.Context, json_output: JsonOutput = False) -> None:
     table.add_column("project")
     for column in ("deserved", "limit", "over-quota weight", "priority"):
         table.add_column(column, justify="right")
+    table.add_column("rules")
     for label, queue in _tree_rows(queues):
         table.add_row(
             label,
@@ -242,6 +319,7 @@ def list_command(ctx: typer.Context, json_output: JsonOutput = False) -> None:
             _amounts(queue["limit"], empty="none"),
             _weight(queue),
             str(queue["priority"]),
+            _rules_text(queue["rules"]) or "-",
         )
     Console().print(table)
 
@@ -314,6 +392,25 @@ def _amounts(amounts: Amounts, empty: str = "0 GPUs") -> str:
     if amounts["memory"] is not None:
         parts.append(format_memory(amounts["memory"]))
     return ", ".join(parts) or empty
+
+
+def _rules_text(rules: dict[str, RuleOut]) -> str:
+    """ "build: idle 30m; train: max runtime 7d" (classes in the API's order)."""
+    parts = []
+    for name, limits in rules.items():
+        given = []
+        if limits["idle_timeout"] is not None:
+            given.append(f"idle {format_duration(limits['idle_timeout'])}")
+        if limits["max_runtime"] is not None:
+            given.append(f"max runtime {format_duration(limits['max_runtime'])}")
+        if given:
+            parts.append(f"{name}: {', '.join(given)}")
+    return "; ".join(parts)
+
+
+def _rules_sentence(queue: QueueOut) -> str:
+    text = _rules_text(queue["rules"])
+    return f" Rules: {text}." if text else ""
 
 
 def _weight(queue: QueueOut) -> str:

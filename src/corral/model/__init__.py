@@ -14,7 +14,9 @@ from corral.model.resources import (
     parse_memory,
 )
 from corral.model.types import (
+    CLASS_ALIASES,
     PRIORITY_CLASSES,
+    WORKLOAD_CLASSES,
     Decisions,
     Eviction,
     Node,
@@ -31,8 +33,10 @@ from corral.model.types import (
 )
 
 __all__ = [
+    "CLASS_ALIASES",
     "GIB",
     "PRIORITY_CLASSES",
+    "WORKLOAD_CLASSES",
     "Decisions",
     "Eviction",
     "Node",

@@ -31,3 +31,17 @@ def parse_duration(value: object) -> float:
     if seconds > MAX_DURATION:
         raise ValueError(f"{value!r} is more than ten years")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """30m, 6s, 1h30m, 2d: a duration in its largest units, to the second (59.5s below a
+    minute)."""
+    total = round(seconds)
+    if seconds < 60 and not math.isclose(seconds, total):
+        return f"{seconds:g}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if total >= size:
+            count, total = divmod(total, size)
+            parts.append(f"{count}{unit}")
+    return "".join(parts)

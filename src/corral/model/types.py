@@ -19,6 +19,14 @@ PRIORITY_CLASSES: Mapping[str, int] = {
     "inference": 125,
 }
 
+# The workload classes that queue rules name, by their own names, and the other names
+# they go by.
+WORKLOAD_CLASSES = ("train", "build-preemptible", "build", "inference")
+CLASS_ALIASES: Mapping[str, str] = {
+    "interactive": "build",
+    "interactive-preemptible": "build-preemptible",
+}
+
 # Workloads at or above this priority are non-preemptible unless they say otherwise.
 NON_PREEMPTIBLE_PRIORITY = 100
 

@@ -15,7 +15,6 @@ under it that does not set the same rule itself: the nearest queue decides.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
-from corral.model import PRIORITY_CLASSES
-from corral.model.durations import parse_duration
+from corral.model import CLASS_ALIASES, PRIORITY_CLASSES, WORKLOAD_CLASSES
+from corral.model.durations import format_duration, parse_duration
 from corral.store.db import _event, _queue_row, _workload_record
 from corral.store.errors import Invalid
 from corral.store.records import WorkloadRecord
@@ -36,16 +35,14 @@ from corral.store.telemetry_schema import AllocationRow
 if TYPE_CHECKING:
     from corral.store.db import Store
 
-CLASSES = ("train", "build-preemptible", "build", "inference")
-ALIASES = {"interactive": "build", "interactive-preemptible": "build-preemptible"}
 FIELDS = ("idle_timeout", "max_runtime")
 RuleSet = dict[str, dict[str, float | None]]
 
 
 def workload_class(priority: int) -> str:
     """The class of a workload of this priority: the highest class at or below it."""
-    chosen = CLASSES[0]
-    for name in CLASSES:
+    chosen = WORKLOAD_CLASSES[0]
+    for name in WORKLOAD_CLASSES:
         if PRIORITY_CLASSES[name] <= priority:
             chosen = name
     return chosen
@@ -60,9 +57,9 @@ def normalize_rules(rules: Mapping[str, Any] | None) -> RuleSet:
     if not isinstance(rules, Mapping):
         raise Invalid("rules", "must be an object keyed by workload class")
     for given, limits in rules.items():
-        name = ALIASES.get(given, given)
-        if name not in CLASSES:
-            known = ", ".join([*CLASSES, *ALIASES])
+        name = CLASS_ALIASES.get(given, given)
+        if name not in WORKLOAD_CLASSES:
+            known = ", ".join([*WORKLOAD_CLASSES, *CLASS_ALIASES])
             raise Invalid(f"rules.{given}", f"{given!r} is not a workload class ({known})")
         if name in result:
             raise Invalid(f"rules.{given}", f"{given!r} and {name!r} name the same class")
@@ -108,20 +105,6 @@ def _describe(rules: RuleSet) -> str:
         given = [f"{field}={format_duration(value)}" for field, value in limits.items() if value]
         parts.append(f"{name}({', '.join(given) or 'none'})")
     return "; ".join(parts) or "none"
-
-
-def format_duration(seconds: float) -> str:
-    """30m, 6s, 1h30m, 2d: a duration in its largest units, to the second (59.5s below a
-    minute)."""
-    total = round(seconds)
-    if seconds < 60 and not math.isclose(seconds, total):
-        return f"{seconds:g}s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if total >= size:
-            count, total = divmod(total, size)
-            parts.append(f"{count}{unit}")
-    return "".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -492,7 +492,12 @@ class Cycle:
     # -- reclaim -----------------------------------------------------------------------
 
     def reclaim(self) -> None:
-        """Queues under their fair share take GPUs back from queues above theirs."""
+        """Queues under their fair share take GPUs back from queues above theirs.
+
+        Victims come in queue order (the most over-served queue first, then its own
+        order). When those would not make room, as when they free GPUs spread over nodes
+        where the candidate needs them together, the same victims are tried node by node,
+        the nodes with the most GPUs free or held by queues that may give first."""
         everything = (1.0, 1.0, 1.0)
         if not any(
             queue.leaf and _over_fair_share(queue, everything) for queue in self.queues.values()
@@ -521,6 +526,12 @@ class Cycle:
             placed, tried = self._evict_for(
                 candidate, self._reclaim_victims(candidate, reach), "reclaim"
             )
+            if not placed and tried and candidate.request[0] > EPSILON:
+                # Victims in queue order may free GPUs spread over nodes where the
+                # candidate's tasks need them together: try again node by node.
+                placed, _ = self._evict_for(
+                    candidate, self._reclaim_victims(candidate, reach, by_node=True), "reclaim"
+                )
             if placed:
                 anyone_over.clear()
             else:
@@ -570,7 +581,12 @@ class Cycle:
         """Add what a later action found to the workload's pending reason."""
         ws.reason = f"{ws.reason}; {note}" if ws.reason else note
 
-    def _reclaim_victims(self, candidate: Candidate, reach: int) -> Callable[[], Unit | None]:
+    def _reclaim_victims(
+        self, candidate: Candidate, reach: int, by_node: bool = False
+    ) -> Callable[[], Unit | None]:
+        """Victims for a reclaim, one at a time: the first unit of the most over-served
+        queue that may give. `by_node`: only units with a task on one node at a time, the
+        nodes with the most GPUs free or held by queues that may give first."""
         ws = candidate.workload
         request = candidate.request
         path = ws.queue.path
@@ -601,6 +617,10 @@ class Cycle:
 
         for leaf in leaves:
             rank(leaf)
+        targets: list[int | None] = [None]
+        if by_node:
+            givers = set(ranked)
+            targets = self._reclaim_targets(ws, givers)
 
         def next_victim() -> Unit | None:
             if taken_from:
@@ -608,14 +628,34 @@ class Cycle:
                 for leaf in leaves:
                     if not below[leaf.name].isdisjoint(changed):
                         rank(leaf)
-            for _, leaf in sorted(ranked.values(), key=lambda item: item[0]):
-                unit = self._first_unit(leaf, ws, None)
-                if unit is not None:
-                    taken_from.append(leaf)
-                    return unit
+            while targets:
+                for _, leaf in sorted(ranked.values(), key=lambda item: item[0]):
+                    unit = self._first_unit(leaf, ws, None, targets[0])
+                    if unit is not None:
+                        taken_from.append(leaf)
+                        return unit
+                targets.pop(0)
+                # Units passed over for being on another node may be on the next one.
+                self._resume.clear()
             return None
 
         return next_victim
+
+    def _reclaim_targets(self, ws: WorkloadState, givers: set[str]) -> list[int | None]:
+        """Nodes the workload may use where preemptible work of the queues in `givers`
+        runs, by the GPUs free or held by that work there, most first (then by name)."""
+        targets = []
+        for node in self.placer.nodes_of(self.placer.eligible(ws)):
+            held = sum(
+                placement.gpu
+                for other in self.by_node.get(node.name, [])
+                if other.preemptible and other.queue.name in givers
+                for placement in other.running.values()
+                if placement.node == node.name
+            )
+            if held > EPSILON:
+                targets.append((-(node.free_gpu + held), node.index))
+        return [index for _, index in sorted(targets)]
 
     def _name_key(self, queue: QueueState) -> tuple[object, ...]:
         key = self._name_keys.get(queue.name)
@@ -777,10 +817,15 @@ class Cycle:
         return self._units.get(leaf.name, [])
 
     def _first_unit(
-        self, leaf: QueueState, ws: WorkloadState, below_priority: int | None
+        self,
+        leaf: QueueState,
+        ws: WorkloadState,
+        below_priority: int | None,
+        on_node: int | None = None,
     ) -> Unit | None:
         """The first victim unit of `leaf` still in place that could make room for `ws`
-        (only units below `below_priority`, when given)."""
+        (only units below `below_priority`, and with a task on node `on_node`, when
+        given)."""
         units = self._victim_units(leaf)
         start = self._cursor.get(leaf.name, 0)
         while start < len(units) and units[start][0].name in self.touched:
@@ -808,6 +853,10 @@ class Cycle:
                 continue
             if allowed is not None and not any(
                 self.state.by_name[victim.running[task].node].index in allowed for task in running
+            ):
+                continue
+            if on_node is not None and not any(
+                self.state.by_name[victim.running[task].node].index == on_node for task in running
             ):
                 continue
             self._resume[leaf.name] = position + 1

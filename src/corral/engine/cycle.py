@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
@@ -81,13 +82,17 @@ class Scheduler:
 
     def __init__(self) -> None:
         self._kept: Kept | None = None
+        # One cycle at a time works on the kept state.
+        self._lock = threading.Lock()
 
     def __call__(self, snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decisions:
-        kept, self._kept = self._kept, None
-        cycle = Cycle(snapshot, config or SchedulerConfig(), kept)
-        decisions = cycle.run()
-        self._kept = Kept(snapshot, cycle)
-        return decisions
+        with self._lock:
+            # A cycle that fails leaves nothing kept: the next one starts afresh.
+            kept, self._kept = self._kept, None
+            cycle = Cycle(snapshot, config or SchedulerConfig(), kept)
+            decisions = cycle.run()
+            self._kept = Kept(snapshot, cycle)
+            return decisions
 
 
 class Kept:

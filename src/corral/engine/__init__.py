@@ -1,10 +1,10 @@
 """The scheduling engine: one pure, deterministic cycle over a snapshot.
 
 `schedule(snapshot, config)` returns the decisions of one cycle; `apply_decisions`
-gives the snapshot that follows from them. The server and `corral plan` call these two
-functions. A `Scheduler` is `schedule` for a run of snapshots of one cluster that keeps
-the state of running work from one cycle to the next (the simulator uses it); its
-decisions are the same.
+gives the snapshot that follows from them; `corral plan` calls these two functions. A
+`Scheduler` is `schedule` for a run of snapshots of one cluster that keeps the state of
+running work from one cycle to the next (the server's scheduler loop and the simulator
+use it); its decisions are the same.
 """
 
 from corral.engine.cycle import Scheduler, apply_decisions, schedule

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from corral.agent.process import TaskProcess
 from corral.agent.telemetry import Holder, Sampler, interval_from_env
-from corral.cluster import Reports, TaskLaunch, TaskStop
+from corral.messages import Reports, TaskLaunch, TaskStop
 from corral.model.spec import Device
 
 log = logging.getLogger("corral.agent")

@@ -6,11 +6,14 @@ virtual GPU is never mistaken for a measured one.
 
 from __future__ import annotations
 
+import logging
 import socket
 from dataclasses import dataclass
 
 from corral.model import GIB
 from corral.model.spec import Device
+
+log = logging.getLogger("corral.agent.devices")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +89,10 @@ def _links(pynvml: object, handles: list[object]) -> tuple[tuple[int, int, str],
                         handles[a], handles[b]
                     )
                     kind = levels.get(level, "unknown")
-            except Exception:
-                kind = "unknown"
+            except nvml.NVMLError as error:  # type: ignore[attr-defined]
+                # Some drivers and device pairs do not answer topology queries; the link
+                # is then unknown, and placement treats it as the farthest.
+                log.info("no topology for GPUs %d and %d: %s", a, b, error)
             links.append((a, b, kind))
     return tuple(links)
 
@@ -99,7 +104,9 @@ def _nvlinked(nvml: object, first: object, second: object) -> bool:
             second,
             nvml.NVML_P2P_CAPS_INDEX_NVLINK,  # type: ignore[attr-defined]
         )
-    except Exception:
+    except nvml.NVMLError as error:  # type: ignore[attr-defined]
+        # NVLink status is not supported on every device (PCIe cards): no NVLink then.
+        log.debug("no NVLink status: %s", error)
         return False
     return bool(status == nvml.NVML_P2P_STATUS_OK)  # type: ignore[attr-defined]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from corral.agent import Agent
-from corral.cluster import Reports, TaskLaunch, TaskStop
+from corral.messages import Reports, TaskLaunch, TaskStop
 
 
 class LocalCluster:

@@ -16,7 +16,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from corral.cluster import Cluster, TaskLaunch, TaskStop
+from corral.cluster import Cluster
+from corral.messages import TaskLaunch, TaskStop
 from corral.model.telemetry import Sample
 from corral.store import NotFound, Store
 from corral.store.records import BoundWork, Release

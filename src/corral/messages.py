@@ -1,0 +1,70 @@
+"""The messages between the server and the node agents.
+
+They live below both `corral.agent` and `corral.cluster`, so that the arrows run one way:
+a transport (`corral.cluster`) builds and calls agents, and both speak these types. A
+message must survive being sent twice or lost: starting a task that runs already and
+stopping one that does not run change nothing, and the reconciler resends what is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from corral.model.telemetry import Sample
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLaunch:
+    """Everything an agent needs to start (or adopt) one task."""
+
+    workload: str
+    project: str
+    task: int
+    attempt: int
+    node: str
+    devices: tuple[int, ...]
+    gpu: float
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    max_runtime: float | None = None
+    # Seconds from SIGTERM to SIGKILL when the agent itself stops the task (max runtime).
+    grace: float = 30.0
+    # Set when the task already runs (after a restart): adopt it instead of starting it.
+    pid: int | None = None
+    proc_start: int | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.workload, self.task)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStop:
+    """Stop some tasks of a workload on one node: SIGTERM, `grace` seconds, SIGKILL."""
+
+    workload: str
+    node: str
+    tasks: tuple[int, ...]
+    reason: str
+    grace: float
+
+
+class Reports(Protocol):
+    """What agents tell the server. Calls may come from any thread."""
+
+    def task_started(self, node: str, workload: str, task: int, pid: int, proc_start: int) -> None:
+        """The task's process runs."""
+
+    def task_ended(
+        self, node: str, workload: str, task: int, exit_code: int | None, reason: str
+    ) -> None:
+        """The task's process is gone; `exit_code` None when nobody knows how it ended."""
+
+    def heartbeat(self, node: str) -> None:
+        """The node's agent is alive."""
+
+    def samples(self, node: str, samples: list[Sample]) -> None:
+        """The node's latest telemetry: one sample per device, or per task on a shared one."""

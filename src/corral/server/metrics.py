@@ -12,7 +12,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -23,9 +23,6 @@ from corral.model.telemetry import Sample, SampleSource
 from corral.store import NodeRecord, QueueRecord, Store
 from corral.store.telemetry import latest_samples
 from corral.store.usage import workload_counts
-
-if TYPE_CHECKING:
-    from corral.server.scheduler import SchedulerLoop
 
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -222,10 +219,21 @@ def _rounded(values: dict[str, float]) -> dict[str, float]:
 # -- the collector ------------------------------------------------------------------------
 
 
+class LatestCycle(Protocol):
+    """What the collector reads of the scheduler loop: the latest cycle's decisions.
+
+    A protocol rather than the loop's class, so that the loop (which owns a
+    SchedulerMetrics) and this module do not import each other."""
+
+    @property
+    def last(self) -> Decisions | None:
+        """The decisions of the latest cycle; None before the first."""
+
+
 class StateCollector(Collector):
     """Gauges read from the store on every scrape."""
 
-    def __init__(self, store: Store, loop: SchedulerLoop) -> None:
+    def __init__(self, store: Store, loop: LatestCycle) -> None:
         self.store = store
         self.loop = loop
 

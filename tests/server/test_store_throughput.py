@@ -18,8 +18,8 @@ from sqlalchemy import event
 
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
-from corral.server import app as server_app
 from corral.server.app import create_app
+from corral.server.routers import workloads as workload_routes
 from corral.server.scheduler import SchedulerLoop
 from corral.store import Conflict, Invalid, Store
 from corral.store.schema import NodeRow
@@ -280,7 +280,7 @@ def test_a_server_made_name_that_clashes_is_drawn_again(
     prepared(store)
     token = store.ensure_admin()
     draws = iter(["aaaaaa", "aaaaaa", "bbbbbb", *["cccccc"] * 10])
-    monkeypatch.setattr(server_app.secrets, "token_hex", lambda _n: next(draws))
+    monkeypatch.setattr(workload_routes.secrets, "token_hex", lambda _n: next(draws))
     app = create_app(store, run_scheduler=False)
     body = {"project": "team", "tasks": [{"gpu": 1}], "command": ["true"]}
     with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:

@@ -13,17 +13,26 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from corral.cluster import Cluster
 from corral.messages import TaskLaunch, TaskStop
+from corral.model import Placement
 from corral.model.telemetry import Sample
 from corral.store import NotFound, Store
 from corral.store.records import BoundWork, Release
 from corral.store.telemetry import record_samples
 
 log = logging.getLogger("corral.dispatch")
+
+
+def releases_of(workload: str, placements: Sequence[Placement], why: str) -> list[Release]:
+    """The releases that stop all of a workload's placed tasks, one per node, by node name."""
+    return [
+        Release(workload, node, tuple(p.task for p in placements if p.node == node), why)
+        for node in sorted({p.node for p in placements})
+    ]
 
 
 def checkpoint_dir(data_dir: Path, workload: str) -> Path:

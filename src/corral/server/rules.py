@@ -17,10 +17,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.model.durations import parse_duration
+from corral.server.dispatch import releases_of
 from corral.server.metrics import SchedulerMetrics
 from corral.store import Store
 from corral.store.records import Release
-from corral.store.rules import RuleSet, enforce_rules, queue_rules
+from corral.store.rules import RuleSet, enforce_rules
 from corral.store.telemetry import rollup
 
 log = logging.getLogger("corral.rules")
@@ -96,12 +97,9 @@ class RuleOut(BaseModel):
     max_runtime: float | None = Field(description="seconds; null: no limit")
 
 
-def rules_out(store: Store, queue: str) -> dict[str, RuleOut]:
-    """The rules a queue sets itself, by class (train, build-preemptible, build, inference)."""
-    return _out(queue_rules(store, queue))
-
-
-def _out(rules: RuleSet) -> dict[str, RuleOut]:
+def rules_out(rules: RuleSet) -> dict[str, RuleOut]:
+    """The rules a queue sets itself (`corral.store.rules.queue_rules`), by class (train,
+    build-preemptible, build, inference), as the API answers them."""
     return {
         name: RuleOut(
             idle_timeout=limits.get("idle_timeout"), max_runtime=limits.get("max_runtime")
@@ -144,18 +142,7 @@ class Upkeep:
         for item in enforced:
             log.info("%s %s: %s", item.rule.field, item.record.name, item.reason)
             self.metrics.rule_applied(item.rule.field)
-            placements = item.record.placements
-            self.release(
-                [
-                    Release(
-                        item.record.name,
-                        node,
-                        tuple(p.task for p in placements if p.node == node),
-                        item.reason,
-                    )
-                    for node in sorted({p.node for p in placements})
-                ]
-            )
+            self.release(releases_of(item.record.name, item.record.placements, item.reason))
         if enforced:
             self.wake()
 

@@ -13,24 +13,20 @@ import math
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, BeforeValidator, Field
-from starlette.exceptions import HTTPException
 
 from corral.model.durations import parse_duration
-from corral.server.dispatch import Dispatcher
+from corral.server.deps import API, StoreDep, User
 from corral.server.metrics import StateCollector, now_state
-from corral.server.rules import Upkeep
 from corral.server.scheduler import SchedulerLoop
 from corral.server.schemas import ErrorOut
-from corral.store import Store, UserRecord
+from corral.store import Store
 from corral.store.telemetry import workload_samples
 from corral.store.usage import USAGE_KEYS, UsageKey, series, usage
 
-API = "/api/v1"
 MAX_POINTS = 10_000
 
 
@@ -155,161 +151,146 @@ def _step(since: float, step: float | None) -> float:
     return step
 
 
-bearer = HTTPBearer(auto_error=False)
-
-
-def reader(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> UserRecord:
-    """Any valid token may read."""
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
-    store: Store = request.app.state.store
-    found = store.authenticate(credentials.credentials)
-    if found is None:
-        raise HTTPException(401, "the token is not valid", {"WWW-Authenticate": "Bearer"})
-    return found
-
-
-Reader = Annotated[UserRecord, Depends(reader)]
-
-
 # -- the router -----------------------------------------------------------------------------
 
 
-def visibility_router(store: Store) -> APIRouter:
-    router = APIRouter(prefix=API, tags=["visibility"], responses=ERRORS)
+router = APIRouter(prefix=API, tags=["visibility"], responses=ERRORS)
 
-    @router.get("/telemetry/cluster", response_model=ClusterSeriesOut)
-    def cluster_series(
-        _: Reader,
-        since: Annotated[Duration, Query(description=SINCE)] = 3600.0,
-        step: Step = None,
-        until: Until = None,
-    ) -> ClusterSeriesOut:
-        """GPUs registered, allocated and used over time, for the whole cluster."""
-        start, end = _period(since, until)
-        step = _step(since, step)
-        gpus = sum(record.node.gpus for record in store.list_nodes())
-        points = series(store, start, end, step)[None]
-        return ClusterSeriesOut(
-            since=start,
-            until=end,
-            step=step,
-            series=[
-                ClusterPoint(time=p.time, gpus=gpus, allocated=p.allocated, used=p.used)
+
+@router.get("/telemetry/cluster", response_model=ClusterSeriesOut)
+def cluster_series(
+    _: User,
+    store: StoreDep,
+    since: Annotated[Duration, Query(description=SINCE)] = 3600.0,
+    step: Step = None,
+    until: Until = None,
+) -> ClusterSeriesOut:
+    """GPUs registered, allocated and used over time, for the whole cluster."""
+    start, end = _period(since, until)
+    step = _step(since, step)
+    gpus = sum(record.node.gpus for record in store.list_nodes())
+    points = series(store, start, end, step)[None]
+    return ClusterSeriesOut(
+        since=start,
+        until=end,
+        step=step,
+        series=[
+            ClusterPoint(time=p.time, gpus=gpus, allocated=p.allocated, used=p.used) for p in points
+        ],
+    )
+
+
+@router.get("/telemetry/queues", response_model=QueueSeriesOut)
+def queue_series(
+    _: User,
+    store: StoreDep,
+    since: Annotated[Duration, Query(description=SINCE)] = 3600.0,
+    step: Step = None,
+    until: Until = None,
+) -> QueueSeriesOut:
+    """GPUs allocated and used over time by every project and department, beside what
+    each deserves."""
+    start, end = _period(since, until)
+    step = _step(since, step)
+    queues = store.list_queues()
+    found = series(store, start, end, step, by="project")
+    found.update(series(store, start, end, step, by="department"))
+    buckets = max(1, math.ceil((end - start) / step))
+    result: dict[str, list[QueuePoint]] = {}
+    for record in queues:
+        name = record.queue.name
+        points = found.get(name)
+        deserved = record.queue.deserved.gpu
+        if points is None:
+            result[name] = [
+                QueuePoint(time=start + i * step, allocated=0.0, used=0.0, deserved=deserved)
+                for i in range(buckets)
+            ]
+        else:
+            result[name] = [
+                QueuePoint(time=p.time, allocated=p.allocated, used=p.used, deserved=deserved)
                 for p in points
-            ],
-        )
+            ]
+    return QueueSeriesOut(since=start, until=end, step=step, series=result)
 
-    @router.get("/telemetry/queues", response_model=QueueSeriesOut)
-    def queue_series(
-        _: Reader,
-        since: Annotated[Duration, Query(description=SINCE)] = 3600.0,
-        step: Step = None,
-        until: Until = None,
-    ) -> QueueSeriesOut:
-        """GPUs allocated and used over time by every project and department, beside what
-        each deserves."""
-        start, end = _period(since, until)
-        step = _step(since, step)
-        queues = store.list_queues()
-        found = series(store, start, end, step, by="project")
-        found.update(series(store, start, end, step, by="department"))
-        buckets = max(1, math.ceil((end - start) / step))
-        result: dict[str, list[QueuePoint]] = {}
-        for record in queues:
-            name = record.queue.name
-            points = found.get(name)
-            deserved = record.queue.deserved.gpu
-            if points is None:
-                result[name] = [
-                    QueuePoint(time=start + i * step, allocated=0.0, used=0.0, deserved=deserved)
-                    for i in range(buckets)
-                ]
-            else:
-                result[name] = [
-                    QueuePoint(time=p.time, allocated=p.allocated, used=p.used, deserved=deserved)
-                    for p in points
-                ]
-        return QueueSeriesOut(since=start, until=end, step=step, series=result)
 
-    @router.get(
-        "/telemetry/workloads/{name}",
-        response_model=WorkloadSeriesOut,
-        responses={404: {"model": ErrorOut, "description": "no such workload, nor samples"}},
-    )
-    def workload_series(
-        name: str,
-        _: Reader,
-        since: Annotated[Duration, Query(description=SINCE)] = 3600.0,
-        until: Until = None,
-    ) -> WorkloadSeriesOut:
-        """Every sample of a workload's devices: raw samples for the last 24 hours, minute
-        and hour rollups further back."""
-        start, end = _period(since, until)
-        samples = workload_samples(store, name, start, end)
-        if not samples:
-            store.get_workload(name)  # 404 for a workload that never was
-        return WorkloadSeriesOut(
-            workload=name,
-            series=[
-                WorkloadPoint(
-                    time=s.time,
-                    node=s.node,
-                    device=s.device,
-                    task=s.task,
-                    utilization=s.utilization,
-                    memory_used=s.memory_used,
-                    source=s.source,
-                )
-                for s in samples
-            ],
-        )
-
-    @router.get("/telemetry/devices", response_model=list[DeviceTelemetryOut])
-    def devices(_: Reader) -> list[DeviceTelemetryOut]:
-        """Every device with its latest sample and the workloads holding it."""
-        return [
-            DeviceTelemetryOut(
-                node=d.node,
-                device=d.device,
-                model=d.model,
-                virtual=d.virtual,
-                utilization=d.utilization,
-                memory_used=d.memory_used,
-                memory_total=d.memory_total,
-                power=d.power,
-                temperature=d.temperature,
-                source=d.source,
-                workloads=d.workloads,
-                state=d.state,  # type: ignore[arg-type]
+@router.get(
+    "/telemetry/workloads/{name}",
+    response_model=WorkloadSeriesOut,
+    responses={404: {"model": ErrorOut, "description": "no such workload, nor samples"}},
+)
+def workload_series(
+    name: str,
+    _: User,
+    store: StoreDep,
+    since: Annotated[Duration, Query(description=SINCE)] = 3600.0,
+    until: Until = None,
+) -> WorkloadSeriesOut:
+    """Every sample of a workload's devices: raw samples for the last 24 hours, minute
+    and hour rollups further back."""
+    start, end = _period(since, until)
+    samples = workload_samples(store, name, start, end)
+    if not samples:
+        store.get_workload(name)  # 404 for a workload that never was
+    return WorkloadSeriesOut(
+        workload=name,
+        series=[
+            WorkloadPoint(
+                time=s.time,
+                node=s.node,
+                device=s.device,
+                task=s.task,
+                utilization=s.utilization,
+                memory_used=s.memory_used,
+                source=s.source,
             )
-            for d in now_state(store).devices
-        ]
-
-    @router.get(
-        "/usage",
-        response_model=list[UsageRowOut],
-        responses={200: {"content": {"text/csv": {}}, "description": "rows, as JSON or CSV"}},
+            for s in samples
+        ],
     )
-    def usage_report(
-        _: Reader,
-        since: Annotated[Duration, Query(description=SINCE)] = 7 * 86400.0,
-        by: Annotated[UsageKey, Query(description="what to total by")] = "project",
-        until: Until = None,
-        format: Annotated[Literal["json", "csv"], Query()] = "json",
-    ) -> Any:
-        """GPU-hours allocated, used (weighted by utilisation) and idle (allocated while at
-        0%), by project, department, user or workload."""
-        start, end = _period(since, until)
-        rows = usage(store, start, end, by)
-        if format == "csv":
-            return Response(usage_csv(rows), media_type="text/csv; charset=utf-8")
-        return [UsageRowOut(**_row(row)) for row in rows]
 
-    return router
+
+@router.get("/telemetry/devices", response_model=list[DeviceTelemetryOut])
+def devices(_: User, store: StoreDep) -> list[DeviceTelemetryOut]:
+    """Every device with its latest sample and the workloads holding it."""
+    return [
+        DeviceTelemetryOut(
+            node=d.node,
+            device=d.device,
+            model=d.model,
+            virtual=d.virtual,
+            utilization=d.utilization,
+            memory_used=d.memory_used,
+            memory_total=d.memory_total,
+            power=d.power,
+            temperature=d.temperature,
+            source=d.source,
+            workloads=d.workloads,
+            state=d.state,  # type: ignore[arg-type]
+        )
+        for d in now_state(store).devices
+    ]
+
+
+@router.get(
+    "/usage",
+    response_model=list[UsageRowOut],
+    responses={200: {"content": {"text/csv": {}}, "description": "rows, as JSON or CSV"}},
+)
+def usage_report(
+    _: User,
+    store: StoreDep,
+    since: Annotated[Duration, Query(description=SINCE)] = 7 * 86400.0,
+    by: Annotated[UsageKey, Query(description="what to total by")] = "project",
+    until: Until = None,
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
+) -> Any:
+    """GPU-hours allocated, used (weighted by utilisation) and idle (allocated while at
+    0%), by project, department, user or workload."""
+    start, end = _period(since, until)
+    rows = usage(store, start, end, by)
+    if format == "csv":
+        return Response(usage_csv(rows), media_type="text/csv; charset=utf-8")
+    return [UsageRowOut(**_row(row)) for row in rows]
 
 
 def _row(row: Any) -> dict[str, Any]:
@@ -332,11 +313,9 @@ def usage_csv(rows: list[Any]) -> str:
     return out.getvalue()
 
 
-def install_visibility(
-    app: FastAPI, store: Store, loop: SchedulerLoop, dispatcher: Dispatcher | None
-) -> None:
-    """The telemetry and usage API, /metrics, and (with agents) the monitor's upkeep."""
-    app.include_router(visibility_router(store))
+def install_visibility(app: FastAPI, store: Store, loop: SchedulerLoop) -> None:
+    """The telemetry and usage API, and /metrics."""
+    app.include_router(router)
     registry = loop.metrics.registry
     registry.register(StateCollector(store, loop))
 
@@ -344,8 +323,5 @@ def install_visibility(
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    if dispatcher is not None:
-        dispatcher.upkeep.append(Upkeep(store, dispatcher.release, loop.trigger, loop.metrics))
 
-
-__all__ = ["USAGE_KEYS", "install_visibility", "usage_csv", "visibility_router"]
+__all__ = ["USAGE_KEYS", "install_visibility", "router", "usage_csv"]

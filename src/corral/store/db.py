@@ -245,6 +245,28 @@ class Store:
             rows = session.scalars(select(QueueRow).order_by(QueueRow.id)).all()
             return [_queue_record(session, row) for row in rows]
 
+    def list_queues_with_rules(self) -> list[tuple[QueueRecord, dict[str, Any]]]:
+        """Every queue, as `list_queues` gives them, with the rules set on it itself (as
+        `corral.store.rules.queue_rules` gives them), read in one query for all queues."""
+        with self._read() as session:
+            rows = session.scalars(select(QueueRow).order_by(QueueRow.id)).all()
+            names = {row.id: row.name for row in rows}
+            children: dict[int, list[str]] = {}
+            for row in rows:
+                if row.parent_id is not None:
+                    children.setdefault(row.parent_id, []).append(row.name)
+            return [
+                (
+                    QueueRecord(
+                        _queue_from_row(row, names),
+                        tuple(children.get(row.id, ())),
+                        row.created_at,
+                    ),
+                    dict(row.rules or {}),
+                )
+                for row in rows
+            ]
+
     # -- nodes ---------------------------------------------------------------------------
 
     def register_node(self, spec: NodeSpec, replace_existing: bool = False) -> NodeRecord:

@@ -1,0 +1,86 @@
+"""The server's work beside its requests, in one place: the scheduler loop, the writer of
+submissions, and with a cluster the dispatcher, its reconciler and the monitor's upkeep.
+They start and stop with the application (`Background.lifespan`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from corral.cluster import Cluster
+from corral.model import Decisions, SchedulerConfig
+from corral.server.dispatch import Dispatcher, releases_of
+from corral.server.rules import Upkeep
+from corral.server.scheduler import SchedulerLoop
+from corral.server.submissions import Submissions
+from corral.store import Store, WorkloadRecord
+from corral.store.records import Release
+
+
+class Background:
+    """The loop, the submissions and (with a cluster) the dispatcher of one server."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        config: SchedulerConfig | None = None,
+        cluster: Cluster | None = None,
+        interval: float = 1.0,
+        run_scheduler: bool = True,
+        data_dir: Path | None = None,
+        node_timeout: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.data_dir = data_dir
+        self.run_scheduler = run_scheduler
+        self.loop = SchedulerLoop(store, config, interval)
+        self.submissions = Submissions(store, self.loop.trigger)
+        self.dispatcher: Dispatcher | None = None
+        if cluster is not None:
+            if data_dir is None:
+                raise ValueError("a cluster needs the data directory for logs and checkpoints")
+            self.dispatcher = Dispatcher(store, cluster, data_dir, self.loop.trigger, node_timeout)
+            self.loop.on_changes = self._changed
+            self.dispatcher.upkeep.append(
+                Upkeep(store, self.dispatcher.release, self.loop.trigger, self.loop.metrics)
+            )
+
+    def _changed(self, decisions: Decisions, releases: list[Release]) -> None:
+        """After a cycle that changed something: stop what it released, start what it bound."""
+        assert self.dispatcher is not None
+        self.dispatcher.release(releases)
+        self.dispatcher.started(set(decisions.bindings))
+
+    def release(self, record: WorkloadRecord, why: str) -> None:
+        """Stop the tasks of a workload the store just took off its nodes (deleted or
+        suspended), after its grace period."""
+        if self.dispatcher is not None and record.placements:
+            self.dispatcher.release(
+                releases_of(record.name, record.placements, why), record.spec.grace_period
+            )
+
+    @asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        """Run the background work while the application serves."""
+        if self.dispatcher is not None and self.cluster is not None:
+            self.cluster.connect(self.dispatcher)
+            # Adopt what survived a restart, and start what was decided but not started.
+            self.dispatcher.reconcile()
+            self.dispatcher.start_monitor()
+        if self.run_scheduler:
+            self.loop.start()
+            self.loop.trigger()
+        try:
+            yield
+        finally:
+            self.submissions.stop()
+            self.loop.stop()
+            if self.dispatcher is not None:
+                self.dispatcher.stop_monitor()
+            if self.cluster is not None:
+                self.cluster.close()

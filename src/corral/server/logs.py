@@ -1,0 +1,38 @@
+"""Reading a task's output from the data directory, where its agent writes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corral.server.schemas import LogOut
+
+LOG_CHUNK = 1 << 20
+
+
+def read_log(data_dir: Path | None, name: str, task: int, offset: int, tail: int | None) -> LogOut:
+    """A task's output from `offset` (at most 1 MiB of it), or its last `tail` lines."""
+    folder = data_dir / "logs" / name if data_dir is not None else None
+    tasks = sorted(
+        int(path.stem.split("-", 1)[1])
+        for path in (folder.glob("task-*.log") if folder and folder.is_dir() else [])
+        if path.stem.split("-", 1)[1].isdigit()
+    )
+    path = folder / f"task-{task}.log" if folder else None
+    if path is None or not path.is_file():
+        return LogOut(workload=name, task=task, text="", offset=offset, tasks=tasks)
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        if tail is not None:
+            start = max(size - LOG_CHUNK, 0)
+            handle.seek(start)
+            lines = handle.read().splitlines(keepends=True)
+            data = b"".join(lines[-tail:])
+            end = size
+        else:
+            start = min(offset, size)
+            handle.seek(start)
+            data = handle.read(LOG_CHUNK)
+            end = start + len(data)
+    return LogOut(
+        workload=name, task=task, text=data.decode("utf-8", "replace"), offset=end, tasks=tasks
+    )

@@ -1,0 +1,113 @@
+"""The store's records as the API's response bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.model import Decisions
+from corral.server.rules import rules_out
+from corral.server.schemas import (
+    Amounts,
+    DeviceOut,
+    NodeOut,
+    PlacementOut,
+    QueueOut,
+    TaskGroupOut,
+    TaskOnNodeOut,
+    TopologyOut,
+    WeightsOut,
+    WorkloadOut,
+)
+from corral.store import NodeRecord, QueueRecord, WorkloadRecord
+from corral.store.rules import RuleSet
+
+
+def vars_of(record: Any) -> dict[str, Any]:
+    """The fields of a slotted record, by name."""
+    return {name: getattr(record, name) for name in record.__slots__}
+
+
+def queue_out(record: QueueRecord, rules: RuleSet, last: Decisions | None) -> QueueOut:
+    """A queue with its own rules and, after a first cycle, its share in the latest one."""
+    queue = record.queue
+    status = last.queues.get(queue.name) if last else None
+    return QueueOut(
+        name=queue.name,
+        parent=queue.parent,
+        department=record.department,
+        children=list(record.children),
+        deserved=Amounts.of(queue.deserved),
+        limit=Amounts.of(queue.limit),
+        over_quota_weight=WeightsOut.of(queue.over_quota_weight),
+        priority=queue.priority,
+        fair_share=Amounts.of(status.fair_share) if status else None,
+        allocated=Amounts.of(status.allocated) if status else None,
+        requested=Amounts.of(status.requested) if status else None,
+        pending_gpu=(max(status.requested.gpu - status.allocated.gpu, 0.0) if status else None),
+        created_at=record.created_at,
+        rules=rules_out(rules),
+    )
+
+
+def workload_out(record: WorkloadRecord) -> WorkloadOut:
+    """A workload: its spec, where it stands, and where its tasks are placed."""
+    spec = record.spec
+    return WorkloadOut(
+        name=spec.name,
+        project=spec.project,
+        user=spec.user,
+        status=record.status,  # type: ignore[arg-type]
+        reason=record.reason,
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        tasks=[TaskGroupOut(**vars_of(group)) for group in spec.task_groups],
+        min_available=spec.min_available,
+        node_selector={key: list(values) for key, values in spec.node_selector.items()},
+        topology=(
+            TopologyOut(key=spec.topology.key, required=spec.topology.required)
+            if spec.topology
+            else None
+        ),
+        command=list(spec.command),
+        env=dict(spec.env),
+        workdir=spec.workdir,
+        max_runtime=spec.max_runtime,
+        backoff_limit=spec.backoff_limit,
+        grace_period=spec.grace_period,
+        attempts=record.attempts,
+        created_at=record.created_at,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        placements=[PlacementOut.of(placement) for placement in record.placements],
+    )
+
+
+def node_out(record: NodeRecord) -> NodeOut:
+    """A node with its devices and the tasks on it."""
+    node = record.node
+    return NodeOut(
+        name=node.name,
+        gpus=node.gpus,
+        gpu_model=node.gpu_model,
+        gpu_memory=node.gpu_memory,
+        cpu=node.cpu,
+        memory=node.memory,
+        labels=dict(node.labels),
+        schedulable=node.schedulable,
+        state=record.state,
+        virtual=record.virtual,
+        devices=[DeviceOut(**vars_of(device)) for device in record.devices],
+        tasks=[
+            TaskOnNodeOut(
+                workload=t.workload,
+                project=t.project,
+                task=t.task,
+                devices=list(t.devices),
+                gpu=t.gpu,
+            )
+            for t in record.tasks
+        ],
+        allocated_gpu=round(sum(task.gpu for task in record.tasks), 6),
+        registered_at=record.registered_at,
+        heartbeat_at=record.heartbeat_at,
+    )

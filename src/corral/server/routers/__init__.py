@@ -1,0 +1,19 @@
+"""The REST API, one router per resource; `corral.server.app` includes them in this order,
+which is the order of the paths in the OpenAPI document.
+
+A handler's name and docstring are its operation's id, summary and description in the
+OpenAPI document (from which `corral.sdk.types` is generated): rename with care.
+"""
+
+from fastapi import APIRouter
+
+from corral.server.routers import cluster, nodes, queues, users, workloads
+
+ROUTERS: tuple[APIRouter, ...] = (
+    queues.router,
+    workloads.router,
+    nodes.router,
+    cluster.router,
+    users.router,
+    cluster.health,
+)

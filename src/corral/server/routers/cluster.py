@@ -1,0 +1,35 @@
+"""The cluster at a glance, and the liveness probe."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from corral.server.deps import API, LoopDep, StoreDep, User
+from corral.server.errors import ERRORS
+from corral.server.schemas import ClusterOut
+
+router = APIRouter(prefix=API, responses=ERRORS, tags=["cluster"])
+# Outside /api/v1 and without a token, for load balancers and supervisors.
+health = APIRouter(tags=["cluster"])
+
+
+@router.get("/cluster", response_model=ClusterOut)
+def cluster_summary(_: User, store: StoreDep, loop: LoopDep) -> ClusterOut:
+    counts = store.counts()
+    return ClusterOut(
+        nodes=counts.nodes,
+        nodes_ready=counts.nodes_ready,
+        gpus=counts.gpus,
+        gpus_allocated=round(counts.gpus_allocated, 6),
+        gpus_free=round(counts.gpus - counts.gpus_allocated, 6),
+        virtual_gpus=counts.virtual_gpus,
+        workloads=counts.workloads,
+        queues=counts.queues,
+        last_cycle_at=loop.last_at,
+        last_cycle_seconds=loop.last_seconds,
+    )
+
+
+@health.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}

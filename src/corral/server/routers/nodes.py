@@ -1,0 +1,50 @@
+"""Nodes: registering, removing and cordoning them is an admin's; anyone may read."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from corral.server.deps import API, Admin, LoopDep, StoreDep, User
+from corral.server.errors import ERRORS
+from corral.server.outputs import node_out
+from corral.server.schemas import NodeIn, NodeOut
+
+router = APIRouter(prefix=API, responses=ERRORS, tags=["nodes"])
+
+
+@router.get("/nodes", response_model=list[NodeOut])
+def list_nodes(_: User, store: StoreDep) -> list[NodeOut]:
+    return [node_out(record) for record in store.list_nodes()]
+
+
+@router.post("/nodes", response_model=NodeOut, status_code=201)
+def register_node(body: NodeIn, _: Admin, store: StoreDep, loop: LoopDep) -> NodeOut:
+    record = store.register_node(body.to_spec())
+    loop.trigger()
+    return node_out(record)
+
+
+@router.get("/nodes/{name}", response_model=NodeOut)
+def get_node(name: str, _: User, store: StoreDep) -> NodeOut:
+    return node_out(store.get_node(name))
+
+
+@router.delete("/nodes/{name}", status_code=204)
+def remove_node(name: str, _: Admin, store: StoreDep, loop: LoopDep) -> Response:
+    store.remove_node(name)
+    loop.trigger()
+    return Response(status_code=204)
+
+
+@router.post("/nodes/{name}/cordon", response_model=NodeOut)
+def cordon(name: str, _: Admin, store: StoreDep, loop: LoopDep) -> NodeOut:
+    record = store.set_schedulable(name, False)
+    loop.trigger()
+    return node_out(record)
+
+
+@router.post("/nodes/{name}/uncordon", response_model=NodeOut)
+def uncordon(name: str, _: Admin, store: StoreDep, loop: LoopDep) -> NodeOut:
+    record = store.set_schedulable(name, True)
+    loop.trigger()
+    return node_out(record)

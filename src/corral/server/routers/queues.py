@@ -1,0 +1,56 @@
+"""Queues: departments and projects, their quotas and rules. Changes are an admin's."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from corral.server.deps import API, Admin, LoopDep, StoreDep, User
+from corral.server.errors import ERRORS
+from corral.server.outputs import queue_out
+from corral.server.rules import rules_payload
+from corral.server.scheduler import SchedulerLoop
+from corral.server.schemas import QueueIn, QueueOut, QueuePatch
+from corral.store import QueueRecord, Store
+from corral.store.rules import queue_rules, set_rules
+
+router = APIRouter(prefix=API, responses=ERRORS, tags=["queues"])
+
+
+def _one(store: Store, loop: SchedulerLoop, record: QueueRecord) -> QueueOut:
+    return queue_out(record, queue_rules(store, record.queue.name), loop.last)
+
+
+@router.get("/queues", response_model=list[QueueOut])
+def list_queues(_: User, store: StoreDep, loop: LoopDep) -> list[QueueOut]:
+    last = loop.last
+    return [queue_out(record, rules, last) for record, rules in store.list_queues_with_rules()]
+
+
+@router.post("/queues", response_model=QueueOut, status_code=201)
+def create_queue(body: QueueIn, _: Admin, store: StoreDep, loop: LoopDep) -> QueueOut:
+    record = store.create_queue(body.to_model())
+    if body.rules is not None:
+        set_rules(store, record.queue.name, rules_payload(body))
+    loop.trigger()
+    return _one(store, loop, record)
+
+
+@router.get("/queues/{name}", response_model=QueueOut)
+def get_queue(name: str, _: User, store: StoreDep, loop: LoopDep) -> QueueOut:
+    return _one(store, loop, store.get_queue(name))
+
+
+@router.patch("/queues/{name}", response_model=QueueOut)
+def update_queue(name: str, body: QueuePatch, _: Admin, store: StoreDep, loop: LoopDep) -> QueueOut:
+    record = store.update_queue(name, body.changes())
+    if "rules" in body.model_fields_set:
+        set_rules(store, name, rules_payload(body))
+    loop.trigger()
+    return _one(store, loop, record)
+
+
+@router.delete("/queues/{name}", status_code=204)
+def delete_queue(name: str, _: Admin, store: StoreDep, loop: LoopDep) -> Response:
+    store.delete_queue(name)
+    loop.trigger()
+    return Response(status_code=204)

@@ -1,0 +1,144 @@
+"""Workloads: submitting (one or a batch), reading, stopping and resuming them, their
+events, logs and why they wait. Members act on their own project's work only."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from corral.server.background import Background
+from corral.server.deps import API, BackgroundDep, LoopDep, StoreDep, User, may_manage
+from corral.server.errors import ERRORS
+from corral.server.logs import read_log
+from corral.server.outputs import vars_of, workload_out
+from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
+from corral.server.why import explain
+from corral.store import STATUSES, Conflict, WorkloadRecord
+
+router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"])
+# Draws of a server-made workload name before a clash is reported (each clashes with
+# odds of about n / 16.7 million for n workloads in the project).
+NAME_ATTEMPTS = 5
+
+
+def drawn_name(project: str) -> str:
+    """A server-made workload name: project-XXXXXX (24 random bits)."""
+    return f"{project}-{secrets.token_hex(3)}"
+
+
+@router.get("/workloads", response_model=list[WorkloadOut])
+def list_workloads(
+    _: User,
+    store: StoreDep,
+    project: str | None = None,
+    status: Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")] = None,
+    user: str | None = None,
+) -> list[WorkloadOut]:
+    return [workload_out(r) for r in store.list_workloads(project, status, user)]
+
+
+@router.post("/workloads", response_model=WorkloadOut, status_code=201)
+async def submit(body: WorkloadIn, current: User, background: BackgroundDep) -> WorkloadOut:
+    # Async, unlike the other handlers: the writer thread commits submissions in
+    # batches (corral.server.submissions) and wakes the scheduler.
+    may_manage(current, body.project)
+    if body.name is not None:
+        record = await background.submissions.submit(body.to_spec(body.name, current.name))
+    else:
+        record = await submit_named(background, body, current.name)
+    return workload_out(record)
+
+
+async def submit_named(background: Background, body: WorkloadIn, user: str) -> WorkloadRecord:
+    """Submit under a name drawn by the server; on the rare clash with an existing name,
+    draw again."""
+    submissions = background.submissions
+    for _ in range(NAME_ATTEMPTS - 1):
+        try:
+            return await submissions.submit(body.to_spec(drawn_name(body.project), user))
+        except Conflict:
+            continue
+    return await submissions.submit(body.to_spec(drawn_name(body.project), user))
+
+
+@router.post("/workloads/batch", response_model=list[WorkloadOut], status_code=201)
+def submit_batch(
+    body: WorkloadBatchIn, current: User, store: StoreDep, loop: LoopDep
+) -> list[WorkloadOut]:
+    """Submit several workloads in one transaction: all are stored, or none (the
+    first that fails a check is named by its place, `workloads[i]`)."""
+    for item in body.workloads:
+        may_manage(current, item.project)
+    for attempt in range(NAME_ATTEMPTS):
+        specs = [
+            item.to_spec(item.name or drawn_name(item.project), current.name)
+            for item in body.workloads
+        ]
+        try:
+            records = store.submit_all(specs)
+            break
+        except Conflict as clash:
+            # A clash of names the client chose is final; of names drawn here, draw again.
+            chosen = [item.name for item in body.workloads if item.name]
+            if attempt == NAME_ATTEMPTS - 1 or any(repr(n) in str(clash) for n in chosen):
+                raise
+    loop.trigger()
+    return [workload_out(record) for record in records]
+
+
+@router.get("/workloads/{name}", response_model=WorkloadOut)
+def get_workload(name: str, _: User, store: StoreDep) -> WorkloadOut:
+    return workload_out(store.get_workload(name))
+
+
+@router.delete("/workloads/{name}", status_code=204)
+def delete_workload(
+    name: str, current: User, store: StoreDep, background: BackgroundDep
+) -> Response:
+    may_manage(current, store.get_workload(name).spec.project)
+    background.release(store.delete_workload(name, current.name), f"deleted by {current.name}")
+    background.loop.trigger()
+    return Response(status_code=204)
+
+
+@router.post("/workloads/{name}/suspend", response_model=WorkloadOut)
+def suspend(name: str, current: User, store: StoreDep, background: BackgroundDep) -> WorkloadOut:
+    may_manage(current, store.get_workload(name).spec.project)
+    background.release(store.suspend(name, current.name), f"suspended by {current.name}")
+    background.loop.trigger()
+    return workload_out(store.get_workload(name))
+
+
+@router.post("/workloads/{name}/resume", response_model=WorkloadOut)
+def resume(name: str, current: User, store: StoreDep, loop: LoopDep) -> WorkloadOut:
+    may_manage(current, store.get_workload(name).spec.project)
+    record = store.resume(name, current.name)
+    loop.trigger()
+    return workload_out(record)
+
+
+@router.get("/workloads/{name}/events", response_model=list[EventOut])
+def workload_events(name: str, _: User, store: StoreDep) -> list[EventOut]:
+    store.get_workload(name)
+    return [EventOut(**vars_of(event)) for event in store.events(workload=name)]
+
+
+@router.get("/workloads/{name}/logs", response_model=LogOut)
+def logs(
+    name: str,
+    _: User,
+    store: StoreDep,
+    background: BackgroundDep,
+    task: Annotated[int, Query(ge=0, le=4095)] = 0,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+) -> LogOut:
+    store.get_workload(name)
+    return read_log(background.data_dir, name, task, offset, tail)
+
+
+@router.get("/workloads/{name}/why", response_model=WhyOut)
+def why(name: str, _: User, store: StoreDep) -> WhyOut:
+    return explain(store, name)

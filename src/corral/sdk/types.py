@@ -1,7 +1,8 @@
 """The JSON bodies the corral API answers with, as typed dictionaries.
 
-They mirror the server's response schemas field for field, so that users' code (and the
-CLI, which prints them with --json) gets the API's JSON unchanged but typed.
+Generated from the server's OpenAPI document by `python -m corral.server.typegen`: do not
+edit by hand. Users' code (and the CLI, which prints them with --json) gets the API's JSON
+unchanged but typed. Every field is present in an answer, defaults included.
 """
 
 from __future__ import annotations
@@ -13,24 +14,124 @@ Role = Literal["admin", "member", "viewer"]
 
 
 class Amounts(TypedDict):
-    """Resource amounts; None means unlimited (a limit) or not managed (a quota)."""
+    """Resource amounts in a response; null means unlimited or not managed."""
 
     gpu: float | None
     cpu: float | None
     memory: int | None
 
 
-class WeightsOut(TypedDict):
+class ClusterOut(TypedDict):
+    nodes: int
+    nodes_ready: int
+    gpus: int
+    gpus_allocated: float
+    gpus_free: float
+    virtual_gpus: int
+    workloads: dict[str, int]
+    queues: int
+    last_cycle_at: float | None
+    last_cycle_seconds: float | None
+
+
+class ClusterPoint(TypedDict):
+    # start of the step, seconds since the epoch
+    time: float
+    # GPUs registered now
+    gpus: int
+    # GPUs held by tasks, on average over the step
+    allocated: float
+    # GPUs' worth of compute used, on average over the step
+    used: float
+
+
+class ClusterSeriesOut(TypedDict):
+    since: float
+    until: float
+    step: float
+    series: list[ClusterPoint]
+
+
+class DeviceOut(TypedDict):
+    index: int
+    uuid: str
+    model: str
+    memory: int
+    virtual: bool
+
+
+class DeviceTelemetryOut(TypedDict):
+    node: str
+    device: int
+    model: str
+    virtual: bool
+    # percent of the device; null: no sample
+    utilization: float | None
+    memory_used: int | None
+    memory_total: int
+    # watts
+    power: float | None
+    # degrees Celsius
+    temperature: float | None
+    source: Literal["nvml", "declared", "none"]
+    # workloads holding the device now
+    workloads: list[str]
+    # free: nobody holds it; idle: held, latest samples at 0%; busy: held
+    state: Literal["free", "busy", "idle"]
+
+
+class EventOut(TypedDict):
+    id: int
+    time: float
+    workload: str | None
+    node: str | None
+    kind: str
+    cause: str
+    reason: str
+
+
+class HolderOut(TypedDict):
+    workload: str
+    project: str
+    priority: int
+    preemptible: bool
+    node: str
     gpu: float
+
+
+class LogOut(TypedDict):
+    workload: str
+    task: int
+    text: str
+    # pass it back as `offset` to read only what follows
+    offset: int
+    # tasks that have logs
+    tasks: list[int]
+
+
+class NodeOut(TypedDict):
+    name: str
+    gpus: int
+    gpu_model: str
+    gpu_memory: int
     cpu: float
-    memory: float
+    memory: int
+    labels: dict[str, str]
+    schedulable: bool
+    state: str
+    virtual: bool
+    devices: list[DeviceOut]
+    tasks: list[TaskOnNodeOut]
+    allocated_gpu: float
+    registered_at: float
+    heartbeat_at: float | None
 
 
-class RuleOut(TypedDict):
-    """Limits a queue sets on one class of its work, in seconds; None means no limit."""
-
-    idle_timeout: float | None
-    max_runtime: float | None
+class PlacementOut(TypedDict):
+    task: int
+    node: str
+    devices: list[int]
+    gpu: float
 
 
 class QueueOut(TypedDict):
@@ -42,12 +143,38 @@ class QueueOut(TypedDict):
     limit: Amounts
     over_quota_weight: WeightsOut
     priority: int
+    # from the latest scheduling cycle
     fair_share: Amounts | None
     allocated: Amounts | None
     requested: Amounts | None
+    # GPUs asked for by work not yet running
     pending_gpu: float | None
-    rules: dict[str, RuleOut]
     created_at: float
+    # rules set on this queue itself, by workload class
+    rules: dict[str, RuleOut]
+
+
+class QueuePoint(TypedDict):
+    time: float
+    allocated: float
+    used: float
+    # the queue's deserved GPUs now
+    deserved: float
+
+
+class QueueSeriesOut(TypedDict):
+    since: float
+    until: float
+    step: float
+    # by queue: projects and departments
+    series: dict[str, list[QueuePoint]]
+
+
+class RuleOut(TypedDict):
+    # seconds; null: no limit
+    idle_timeout: float | None
+    # seconds; null: no limit
+    max_runtime: float | None
 
 
 class TaskGroupOut(TypedDict):
@@ -59,16 +186,54 @@ class TaskGroupOut(TypedDict):
     memory: int
 
 
-class PlacementOut(TypedDict):
+class TaskOnNodeOut(TypedDict):
+    workload: str
+    project: str
     task: int
-    node: str
     devices: list[int]
     gpu: float
+
+
+class TokenOut(TypedDict):
+    user: str
+    # shown once; only its digest is stored
+    token: str
 
 
 class TopologyOut(TypedDict):
     key: str
     required: bool
+
+
+class UsageRowOut(TypedDict):
+    key: str
+    gpu_hours_allocated: float
+    gpu_hours_used: float
+    gpu_hours_idle: float
+
+
+class UserOut(TypedDict):
+    name: str
+    role: str
+    project: str | None
+
+
+class WeightsOut(TypedDict):
+    gpu: float
+    cpu: float
+    memory: float
+
+
+class WhyOut(TypedDict):
+    workload: str
+    status: str
+    reason: str | None
+    # 1 for the next in its project to be tried
+    position: int | None
+    # pending workloads of its project tried before it
+    ahead: list[str]
+    # running work on the nodes it may use
+    holders: list[HolderOut]
 
 
 class WorkloadOut(TypedDict):
@@ -96,104 +261,19 @@ class WorkloadOut(TypedDict):
     placements: list[PlacementOut]
 
 
-class LogOut(TypedDict):
-    workload: str
-    task: int
-    text: str
-    offset: int
-    tasks: list[int]
-
-
-class EventOut(TypedDict):
-    id: int
+class WorkloadPoint(TypedDict):
+    # of the sample; of its bucket's start for rollups
     time: float
-    workload: str | None
-    node: str | None
-    kind: str
-    cause: str
-    reason: str
-
-
-class HolderOut(TypedDict):
-    workload: str
-    project: str
-    priority: int
-    preemptible: bool
     node: str
-    gpu: float
+    device: int
+    task: int | None
+    # percent of the task's share of the device
+    utilization: float
+    memory_used: int
+    # nvml: measured; declared: what the task reported (virtual devices)
+    source: Literal["nvml", "declared", "none"]
 
 
-class WhyOut(TypedDict):
+class WorkloadSeriesOut(TypedDict):
     workload: str
-    status: str
-    reason: str | None
-    position: int | None
-    ahead: list[str]
-    holders: list[HolderOut]
-
-
-class DeviceOut(TypedDict):
-    index: int
-    uuid: str
-    model: str
-    memory: int
-    virtual: bool
-
-
-class TaskOnNodeOut(TypedDict):
-    workload: str
-    project: str
-    task: int
-    devices: list[int]
-    gpu: float
-
-
-class NodeOut(TypedDict):
-    name: str
-    gpus: int
-    gpu_model: str
-    gpu_memory: int
-    cpu: float
-    memory: int
-    labels: dict[str, str]
-    schedulable: bool
-    state: str
-    virtual: bool
-    devices: list[DeviceOut]
-    tasks: list[TaskOnNodeOut]
-    allocated_gpu: float
-    registered_at: float
-    heartbeat_at: float | None
-
-
-class ClusterOut(TypedDict):
-    nodes: int
-    nodes_ready: int
-    gpus: int
-    gpus_allocated: float
-    gpus_free: float
-    virtual_gpus: int
-    workloads: dict[str, int]
-    queues: int
-    last_cycle_at: float | None
-    last_cycle_seconds: float | None
-
-
-class UserOut(TypedDict):
-    name: str
-    role: Role
-    project: str | None
-
-
-class TokenOut(TypedDict):
-    user: str
-    token: str
-
-
-class UsageRowOut(TypedDict):
-    """GPU-hours of one project, department, user or workload over a period."""
-
-    key: str
-    gpu_hours_allocated: float
-    gpu_hours_used: float
-    gpu_hours_idle: float
+    series: list[WorkloadPoint]

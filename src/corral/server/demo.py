@@ -120,6 +120,12 @@ class Demo:
 
     def _story(self, api: httpx.Client) -> int:
         self._api = api
+        self._team_a_borrows(api)
+        victims = self._team_b_reclaims(api)
+        return self._victims_resume(api, victims)
+
+    def _team_a_borrows(self, api: httpx.Client) -> None:
+        """Three teams deserve 2 GPUs each; team-a's 4 jobs borrow the idle ones."""
         self.log("8 virtual GPUs on one node; team-a, team-b and team-c each deserve 2")
         for name in ("team-a", "team-b", "team-c"):
             api.post("/queues", json={"name": name, "deserved": 2}).raise_for_status()
@@ -154,6 +160,10 @@ class Demo:
         )
         self._show_allocation()
         self._pause(3)
+
+    def _team_b_reclaims(self, api: httpx.Client) -> list[str]:
+        """team-b's job within its guarantee reclaims GPUs lent to team-a; returns the
+        jobs of team-a it preempted."""
         api.post(
             "/workloads",
             json={
@@ -178,6 +188,11 @@ class Demo:
             preempted = [e["reason"] for e in events if e["kind"] == "preempted"]
             self.log(f"{victim}: {preempted[-1] if preempted else 'pending'}")
         self._show_allocation()
+        return victims
+
+    def _victims_resume(self, api: httpx.Client, victims: list[str]) -> int:
+        """Every job finishes, the preempted ones from their checkpoints; returns the
+        demo's exit status."""
         self._wait(
             lambda: self._workloads()["b-job"]["status"] == "succeeded",
             30,

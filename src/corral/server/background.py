@@ -34,7 +34,6 @@ class Background:
         data_dir: Path | None = None,
         node_timeout: float = 30.0,
     ) -> None:
-        self.store = store
         self.cluster = cluster
         self.data_dir = data_dir
         self.run_scheduler = run_scheduler

@@ -16,7 +16,8 @@ from corral.store.rules import queue_rules, set_rules
 router = APIRouter(prefix=API, responses=ERRORS, tags=["queues"])
 
 
-def _one(store: Store, loop: SchedulerLoop, record: QueueRecord) -> QueueOut:
+def _queue_out(store: Store, loop: SchedulerLoop, record: QueueRecord) -> QueueOut:
+    """One queue's answer, its rules read for it alone."""
     return queue_out(record, queue_rules(store, record.queue.name), loop.last)
 
 
@@ -32,12 +33,12 @@ def create_queue(body: QueueIn, _: Admin, store: StoreDep, loop: LoopDep) -> Que
     if body.rules is not None:
         set_rules(store, record.queue.name, rules_payload(body))
     loop.trigger()
-    return _one(store, loop, record)
+    return _queue_out(store, loop, record)
 
 
 @router.get("/queues/{name}", response_model=QueueOut)
 def get_queue(name: str, _: User, store: StoreDep, loop: LoopDep) -> QueueOut:
-    return _one(store, loop, store.get_queue(name))
+    return _queue_out(store, loop, store.get_queue(name))
 
 
 @router.patch("/queues/{name}", response_model=QueueOut)
@@ -46,7 +47,7 @@ def update_queue(name: str, body: QueuePatch, _: Admin, store: StoreDep, loop: L
     if "rules" in body.model_fields_set:
         set_rules(store, name, rules_payload(body))
     loop.trigger()
-    return _one(store, loop, record)
+    return _queue_out(store, loop, record)
 
 
 @router.delete("/queues/{name}", status_code=204)

@@ -18,7 +18,7 @@ from corral.model import Decisions, Eviction, Node, Placement, Queue, Resources,
 from corral.model.durations import format_duration
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Invalid, Store
-from corral.store.db import MIGRATIONS
+from corral.store.database import MIGRATIONS
 from corral.store.rules import (
     enforce_rules,
     normalize_rules,
@@ -117,7 +117,7 @@ def test_ending_failing_and_losing_the_node_close_intervals(store: Store) -> Non
 
 def age_allocation(store: Store, workload: str, seconds: float) -> None:
     """Pretend the workload was bound `seconds` ago."""
-    with store._write() as session:
+    with store.write() as session:
         session.execute(
             update(AllocationRow)
             .where(AllocationRow.workload == workload)

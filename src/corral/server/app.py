@@ -62,7 +62,6 @@ from corral.store import (
     WorkloadRecord,
 )
 from corral.store.records import Release
-from corral.store.rules import set_rules
 
 log = logging.getLogger("corral.server")
 MAX_BODY = 1 << 20
@@ -279,9 +278,7 @@ def create_app(
 
     @router.post("/queues", response_model=QueueOut, status_code=201, tags=["queues"])
     def create_queue(body: QueueIn, _: Admin) -> QueueOut:
-        record = store.create_queue(body.to_model())
-        if body.rules is not None:
-            set_rules(store, record.queue.name, rules_payload(body))
+        record = store.create_queue(body.to_model(), rules_payload(body))
         loop.trigger()
         return queue_out(record)
 
@@ -291,9 +288,8 @@ def create_app(
 
     @router.patch("/queues/{name}", response_model=QueueOut, tags=["queues"])
     def update_queue(name: str, body: QueuePatch, _: Admin) -> QueueOut:
-        record = store.update_queue(name, body.changes())
-        if "rules" in body.model_fields_set:
-            set_rules(store, name, rules_payload(body))
+        rules = (rules_payload(body) or {}) if "rules" in body.model_fields_set else None
+        record = store.update_queue(name, body.changes(), rules)
         loop.trigger()
         return queue_out(record)
 

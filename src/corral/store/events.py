@@ -23,11 +23,7 @@ def add_event(
     node: str | None = None,
 ) -> None:
     """Record one event, timed now."""
-    session.add(
-        EventRow(
-            time=time.time(), workload=workload, node=node, kind=kind, cause=cause, reason=reason
-        )
-    )
+    session.add(EventRow(**event_values(time.time(), kind, cause, reason, workload, node)))
 
 
 def event_values(

@@ -213,7 +213,7 @@ def test_a_change_the_generation_missed_fails_the_check(store: Store) -> None:
     loop.verify = True
     store.submit(spec("w0"))
     loop.run_cycle()
-    with store._write(relevant=False) as session:
+    with store.write(relevant=False) as session:
         for row in session.query(NodeRow).all():
             row.schedulable = False
     with pytest.raises(AssertionError, match="nodes or queues differ"):

@@ -67,7 +67,7 @@ def table(rows: list[UsageRow]) -> dict[str, tuple[float, float, float]]:
 def catch_up(store: Store, now: float) -> None:
     while True:
         rollup(store, now)
-        with store._read() as session:
+        with store.read() as session:
             if watermarks(session).raw_rolled_until >= now - 2 * MINUTE:
                 return
 

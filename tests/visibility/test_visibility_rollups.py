@@ -25,17 +25,17 @@ DAY = 24 * HOUR
 
 
 def rows(store: Store, table: type) -> list:
-    with store._read() as session:
+    with store.read() as session:
         return list(session.scalars(select(table).order_by(table.id)).all())
 
 
 def marks(store: Store) -> Watermarks:
-    with store._read() as session:
+    with store.read() as session:
         return watermarks(session)
 
 
 def count(store: Store, table: type) -> int:
-    with store._read() as session:
+    with store.read() as session:
         return int(session.scalar(select(func.count()).select_from(table)) or 0)
 
 

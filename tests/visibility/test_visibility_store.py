@@ -18,10 +18,11 @@ from corral.model import Decisions, Eviction, Node, Placement, Queue, Resources,
 from corral.model.durations import format_duration
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Invalid, Store
-from corral.store.db import MIGRATIONS
+from corral.store.database import MIGRATIONS
 from corral.store.rules import (
     enforce_rules,
     normalize_rules,
+    queue_rules,
     set_rules,
     workload_class,
 )
@@ -117,7 +118,7 @@ def test_ending_failing_and_losing_the_node_close_intervals(store: Store) -> Non
 
 def age_allocation(store: Store, workload: str, seconds: float) -> None:
     """Pretend the workload was bound `seconds` ago."""
-    with store._write() as session:
+    with store.write() as session:
         session.execute(
             update(AllocationRow)
             .where(AllocationRow.workload == workload)
@@ -226,6 +227,24 @@ def test_rules_are_validated_field_by_field(store: Store) -> None:
     assert normalize_rules({"interactive": {"idle_timeout": "30m"}}) == {
         "build": {"idle_timeout": 1800.0, "max_runtime": None}
     }
+
+
+def test_a_queue_and_its_rules_are_written_together_or_not_at_all(store: Store) -> None:
+    cluster(store)
+    with pytest.raises(Invalid) as refused:
+        store.create_queue(Queue("nlp", parent="research"), {"batch": {"idle_timeout": 60}})
+    assert refused.value.field == "rules.batch"
+    assert "nlp" not in [record.queue.name for record in store.list_queues()]
+    assert not [event for event in store.events() if "nlp" in event.reason]
+
+    with pytest.raises(Invalid):
+        store.update_queue("vision", {"priority": 7}, {"train": {"max_runtime": -5}})
+    assert store.get_queue("vision").queue.priority == Queue("vision").priority
+
+    store.create_queue(Queue("nlp", parent="research"), {"build": {"idle_timeout": "30m"}})
+    assert queue_rules(store, "nlp") == {"build": {"idle_timeout": 1800.0, "max_runtime": None}}
+    store.update_queue("nlp", {}, {})
+    assert queue_rules(store, "nlp") == {}
 
 
 def test_workload_classes_and_durations() -> None:

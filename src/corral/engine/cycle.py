@@ -31,10 +31,13 @@ from corral.model import (
     Decisions,
     Eviction,
     Placement,
+    QueueCycle,
     QueueStatus,
     SchedulerConfig,
     Snapshot,
+    UnknownParent,
     Workload,
+    check_tree,
 )
 from corral.model.resources import EPSILON, format_gpus, format_memory, plural_gpus
 
@@ -941,21 +944,23 @@ class Cycle:
 
 
 def _build_queues(snapshot: Snapshot) -> dict[str, QueueState]:
+    try:
+        check_tree(snapshot.queues)
+    except UnknownParent as error:
+        raise ValueError(f"queue {error.queue}: unknown parent {error.parent!r}") from None
+    except QueueCycle as error:
+        raise ValueError(f"queue {error.queue}: the queue tree has a cycle") from None
     queues = {queue.name: QueueState(queue, age) for age, queue in enumerate(snapshot.queues)}
     for queue in queues.values():
         parent_name = queue.queue.parent
         if parent_name is None:
             continue
-        parent = queues.get(parent_name)
-        if parent is None:
-            raise ValueError(f"queue {queue.name}: unknown parent {parent_name!r}")
+        parent = queues[parent_name]
         queue.parent = parent
         parent.children.append(queue)
     for queue in queues.values():
         level: QueueState | None = queue
         while level is not None:
-            if len(queue.path) > len(queues):
-                raise ValueError(f"queue {queue.name}: the queue tree has a cycle")
             queue.path.append(level)
             level = level.parent
     return queues

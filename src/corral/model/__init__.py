@@ -5,6 +5,15 @@ slotted dataclasses so that a snapshot can be handed to the engine, the simulato
 server without anyone mutating it behind the others' backs.
 """
 
+from corral.model.queues import (
+    LimitBelowDeserved,
+    NegativeAmount,
+    QueueCycle,
+    QueueError,
+    UnknownParent,
+    check_quota,
+    check_tree,
+)
 from corral.model.resources import (
     GIB,
     Resources,
@@ -39,16 +48,23 @@ __all__ = [
     "WORKLOAD_CLASSES",
     "Decisions",
     "Eviction",
+    "LimitBelowDeserved",
+    "NegativeAmount",
     "Node",
     "Placement",
     "Queue",
+    "QueueCycle",
+    "QueueError",
     "QueueStatus",
     "Resources",
     "SchedulerConfig",
     "Snapshot",
     "TaskGroup",
     "Topology",
+    "UnknownParent",
     "Workload",
+    "check_quota",
+    "check_tree",
     "default_preemptible",
     "format_gpus",
     "format_memory",

@@ -17,21 +17,25 @@ from typing import Any, TypeVar
 import yaml
 
 from corral.model import (
+    LimitBelowDeserved,
     Node,
     Queue,
+    QueueError,
     Resources,
     SchedulerConfig,
     Snapshot,
     TaskGroup,
     Topology,
     Workload,
+    check_quota,
+    check_tree,
     default_preemptible,
     format_gpus,
     format_memory,
     parse_memory,
     resolve_priority,
 )
-from corral.model.resources import EPSILON, UNLIMITED
+from corral.model.resources import UNLIMITED
 from corral.model.types import ACTIONS, GpuPlacementPolicy, PlacementPolicy
 from corral.scenario.errors import FieldError, ScenarioError
 from corral.scenario.running import RunningTask, assign_devices
@@ -274,36 +278,23 @@ def _read_queues(value: object) -> dict[str, Queue]:
 
 
 def _check_limit(queue: Queue, path: str) -> None:
-    for resource in Resources.NAMES:
-        limit = queue.limit.get(resource)
-        deserved = queue.deserved.get(resource)
-        # An unmanaged (unlimited) deserved amount leaves the limit free.
-        if math.isfinite(deserved) and limit < deserved - EPSILON:
-            show = format_memory if resource == "memory" else format_gpus
-            raise FieldError(
-                path, f"{resource} limit {show(limit)} is below deserved {show(deserved)}"
-            )
+    # Amounts were read as 0 or more: only the limit rule can fail here.
+    try:
+        check_quota(queue)
+    except LimitBelowDeserved as error:
+        show = format_memory if error.resource == "memory" else format_gpus
+        raise FieldError(
+            path,
+            f"{error.resource} limit {show(error.limit)} is below deserved {show(error.deserved)}",
+        ) from None
 
 
 def _check_queue_tree(queues: Mapping[str, Queue]) -> None:
     position = {name: index for index, name in enumerate(queues)}
-    for index, queue in enumerate(queues.values()):
-        if queue.parent is not None and queue.parent not in queues:
-            raise FieldError(f"queues[{index}].parent", f'unknown queue "{queue.parent}"')
-    for queue in queues.values():
-        trail = [queue.name]
-        parent = queue.parent
-        while parent is not None:
-            if parent in trail:
-                cycle = trail[trail.index(parent) :]
-                # Blame the member listed first, so the message does not depend on where
-                # the walk into the cycle started.
-                start = min(range(len(cycle)), key=lambda at: position[cycle[at]])
-                cycle = cycle[start:] + cycle[:start]
-                names = " -> ".join([*cycle, cycle[0]])
-                raise FieldError(f"queues[{position[cycle[0]]}].parent", f"cycle {names}")
-            trail.append(parent)
-            parent = queues[parent].parent
+    try:
+        check_tree(tuple(queues.values()))
+    except QueueError as error:
+        raise FieldError(f"queues[{position[error.queue]}].parent", error.message) from None
 
 
 def _read_workloads(

@@ -1,6 +1,7 @@
 """The durable store: schema, migrations, and the only code that speaks SQL."""
 
-from corral.store.db import Store, database_url
+from corral.store.database import database_url
+from corral.store.db import Store
 from corral.store.errors import Conflict, Invalid, NotFound, StoreError
 from corral.store.records import (
     ACTIVE,

@@ -18,22 +18,22 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import Session, selectinload
 
 from corral.model import CLASS_ALIASES, PRIORITY_CLASSES, WORKLOAD_CLASSES
 from corral.model.durations import format_duration, parse_duration
-from corral.store.db import _event, _queue_row, _workload_record
+from corral.store.convert import workload_record
+from corral.store.database import Database
 from corral.store.errors import Invalid
+from corral.store.events import add_event
+from corral.store.queues import queue_row
 from corral.store.records import WorkloadRecord
 from corral.store.schema import QueueRow, WorkloadRow
 from corral.store.telemetry import FRESH, idle_since
 from corral.store.telemetry_schema import AllocationRow
-
-if TYPE_CHECKING:
-    from corral.store.db import Store
 
 FIELDS = ("idle_timeout", "max_runtime")
 RuleSet = dict[str, dict[str, float | None]]
@@ -83,20 +83,26 @@ def _seconds(field: str, value: Any) -> float:
         raise Invalid(field, str(error)) from None
 
 
-def set_rules(store: Store, queue: str, rules: Mapping[str, Any] | None) -> RuleSet:
+def set_rules(store: Database, queue: str, rules: Mapping[str, Any] | None) -> RuleSet:
     """Replace a queue's rules (None or {} removes them); returns them normalized."""
     normalized = normalize_rules(rules)
-    with store._write() as session:
-        row = _queue_row(session, queue)
-        row.rules = normalized or None
-        _event(session, "queue-updated", "api", f"queue {queue} rules: {_describe(normalized)}")
+    with store.write() as session:
+        replace_rules(session, queue, normalized)
     return normalized
 
 
-def queue_rules(store: Store, queue: str) -> RuleSet:
+def replace_rules(session: Session, queue: str, normalized: RuleSet) -> None:
+    """Replace a queue's rules with `normalized` ones (see `normalize_rules`), in the
+    caller's transaction."""
+    row = queue_row(session, queue)
+    row.rules = normalized or None
+    add_event(session, "queue-updated", "api", f"queue {queue} rules: {_describe(normalized)}")
+
+
+def queue_rules(store: Database, queue: str) -> RuleSet:
     """The rules set on the queue itself (not inherited), normalized."""
-    with store._read() as session:
-        return dict(_queue_row(session, queue).rules or {})
+    with store.read() as session:
+        return dict(queue_row(session, queue).rules or {})
 
 
 def _describe(rules: RuleSet) -> str:
@@ -140,16 +146,16 @@ class Enforced:
     reason: str
 
 
-def enforce_rules(store: Store, now: float | None = None) -> list[Enforced]:
+def enforce_rules(store: Database, now: float | None = None) -> list[Enforced]:
     """Suspend running workloads idle past their idle timeout, and stop as failed those
     running past their maximum runtime. One transaction; returns what was done."""
     now = time.time() if now is None else now
     done: list[Enforced] = []
-    with store._read() as session:
+    with store.read() as session:
         # Most clusters set no rules: then the write lock is not even taken.
         if not any(session.scalars(select(QueueRow.rules)).all()):
             return done
-    with store._write() as session:
+    with store.write() as session:
         queue_rows = session.scalars(select(QueueRow)).all()
         names = {row.id: row.name for row in queue_rows}
         queues = {
@@ -191,7 +197,7 @@ def enforce_rules(store: Store, now: float | None = None) -> list[Enforced]:
                     f"{format_duration(longest.seconds)} (rule of queue {longest.queue} for "
                     f"{longest.workload_class} work)"
                 )
-                done.append(Enforced(_workload_record(row, project), longest, reason))
+                done.append(Enforced(workload_record(row, project), longest, reason))
                 _stop(session, row, "failed", "max-runtime", reason, now)
                 continue
             since = quiet.get(row.name)
@@ -200,15 +206,17 @@ def enforce_rules(store: Store, now: float | None = None) -> list[Enforced]:
                     f"GPUs idle for {format_duration(idle.seconds)} (rule of queue "
                     f"{idle.queue} for {idle.workload_class} work)"
                 )
-                done.append(Enforced(_workload_record(row, project), idle, reason))
+                done.append(Enforced(workload_record(row, project), idle, reason))
                 _stop(session, row, "suspended", "idle-timeout", reason, now)
     return done
 
 
-def _stop(session: Any, row: WorkloadRow, status: str, cause: str, reason: str, now: float) -> None:
+def _stop(
+    session: Session, row: WorkloadRow, status: str, cause: str, reason: str, now: float
+) -> None:
     row.placements.clear()
     row.status = status
     row.reason = reason
     if status == "failed":
         row.finished_at = now
-    _event(session, status, cause, reason, workload=row.name)
+    add_event(session, status, cause, reason, workload=row.name)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import and_, case, delete, func, insert, literal, select
 from sqlalchemy.orm import Session
 
 from corral.model.telemetry import SOURCES, Sample
+from corral.store.database import Database
 from corral.store.errors import Invalid
 from corral.store.telemetry_schema import (
     AllocationRow,
@@ -30,9 +31,6 @@ from corral.store.telemetry_schema import (
     TelemetryRawRow,
     TelemetryStateRow,
 )
-
-if TYPE_CHECKING:
-    from corral.store.db import Store
 
 MINUTE = 60.0
 HOUR = 3600.0
@@ -61,7 +59,7 @@ def floor_to(value: float, step: float) -> float:
 # -- writing --------------------------------------------------------------------------------
 
 
-def record_samples(store: Store, samples: Iterable[Sample]) -> int:
+def record_samples(store: Database, samples: Iterable[Sample]) -> int:
     """Store samples as agents report them; returns how many were stored.
 
     Utilisation is clamped to 0..100 and `seconds` to at least a millisecond, so that
@@ -69,7 +67,7 @@ def record_samples(store: Store, samples: Iterable[Sample]) -> int:
     rows = [_raw_values(sample) for sample in samples]
     if not rows:
         return 0
-    with store._write(relevant=False) as session:
+    with store.write(relevant=False) as session:
         session.execute(insert(TelemetryRawRow), rows)
     return len(rows)
 
@@ -137,7 +135,7 @@ class RollupResult:
 
 
 def rollup(
-    store: Store,
+    store: Database,
     now: float,
     *,
     lag: float = ROLLUP_LAG,
@@ -149,7 +147,7 @@ def rollup(
     into hour rows, then delete raw samples older than `raw_retention` and minutes older
     than `minute_retention` (hours too, older than `hour_retention`, when given). Nothing is
     deleted before it was rolled up. One transaction; safe to call at any interval."""
-    with store._write(relevant=False) as session:
+    with store.write(relevant=False) as session:
         marks = watermarks(session)
         end = floor_to(now - lag, MINUTE)
         rolled = session.get(TelemetryStateRow, RAW_ROLLED)
@@ -534,11 +532,11 @@ def idle_workloads(session: Session, now: float, window: float) -> set[str]:
     return {name for name, start in since.items() if now - start >= window}
 
 
-def latest_samples(store: Store, now: float, fresh: float = FRESH) -> list[Sample]:
+def latest_samples(store: Database, now: float, fresh: float = FRESH) -> list[Sample]:
     """The newest sample of every device (one per task on a shared device), when it is
     no older than `fresh` seconds."""
     raw = TelemetryRawRow
-    with store._read() as session:
+    with store.read() as session:
         newest = (
             select(raw.node, raw.device, func.max(raw.time).label("time"))
             .where(raw.time >= now - fresh, raw.time <= now)
@@ -584,10 +582,10 @@ def _sample(row: TelemetryRawRow | TelemetryMinuteRow | TelemetryHourRow) -> Sam
     )
 
 
-def workload_samples(store: Store, workload: str, start: float, end: float) -> list[Sample]:
+def workload_samples(store: Database, workload: str, start: float, end: float) -> list[Sample]:
     """A workload's samples in [start, end), finest first: raw samples where they are kept,
     then minute and hour rollups (whose `time` is the start of their bucket)."""
-    with store._read() as session:
+    with store.read() as session:
         found: list[Sample] = []
         for span in spans(watermarks(session), start, end, fine=True):
             table = span.table

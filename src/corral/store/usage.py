@@ -3,8 +3,8 @@
 An allocation interval opens when a task's placement is written and closes when the
 placement goes, whatever removed it (the task's workload ended, was preempted, suspended,
 deleted, or sent back to pending because its node went away). Both happen in the same
-transaction as the placement change, through mapper events, so no code path that binds or
-releases devices can forget them.
+transaction as the placement change, through session events installed on the store's own
+sessions (`install`), so no code path that binds or releases devices can forget them.
 
 Definitions, over a period [since, until):
 - allocated: the GPUs each task held (its `gpu`: 2 for two whole devices, 0.5 for half of
@@ -20,18 +20,16 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, event, func, insert, or_, select, update
-from sqlalchemy.orm import Mapper, Session
+from sqlalchemy import Connection, Row, event, func, insert, or_, select, update
+from sqlalchemy.orm import Session
 
+from corral.store.database import Database
 from corral.store.records import STATUSES
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
 from corral.store.telemetry import GpuSeconds, gpu_seconds
 from corral.store.telemetry_schema import AllocationRow
-
-if TYPE_CHECKING:
-    from corral.store.db import Store
 
 UsageKey = Literal["workload", "project", "department", "user"]
 USAGE_KEYS: tuple[UsageKey, ...] = ("project", "department", "user", "workload")
@@ -40,22 +38,48 @@ USAGE_KEYS: tuple[UsageKey, ...] = ("project", "department", "user", "workload")
 # -- allocation intervals -----------------------------------------------------------------
 
 
-# Placements inserted by the current flush, per connection: their intervals are opened
-# together once the flush is done (one query per table, not four per placement).
+# Placements written by the current flush, in the session's info: their intervals are
+# opened and closed together once the flush is done (one statement per table, not one per
+# placement).
 _BOUND = "corral.usage.bound"
+_RELEASED = "corral.usage.released"
 
 
-@event.listens_for(PlacementRow, "after_insert")
-def _placement_bound(_mapper: Mapper[Any], connection: Connection, target: PlacementRow) -> None:
-    connection.info.setdefault(_BOUND, []).append(target)
+def install(database: Database) -> None:
+    """Open and close allocation intervals in the same flush as the placements, for the
+    sessions of `database` only."""
+    event.listen(database.sessions, "pending_to_persistent", _placement_bound)
+    event.listen(database.sessions, "persistent_to_deleted", _placement_released)
+    event.listen(database.sessions, "after_flush_postexec", _write_intervals)
 
 
-@event.listens_for(Session, "after_flush")
-def _open_intervals(session: Session, _context: Any) -> None:
+def _placement_bound(session: Session, instance: object) -> None:
+    if isinstance(instance, PlacementRow):
+        session.info.setdefault(_BOUND, []).append(instance)
+
+
+def _placement_released(session: Session, instance: object) -> None:
+    if isinstance(instance, PlacementRow):
+        session.info.setdefault(_RELEASED, []).append(instance.id)
+
+
+def _write_intervals(session: Session, _context: Any) -> None:
+    # Both lists are filled only by a flush that succeeded; they are taken before any
+    # statement runs, so that a failure here leaves nothing for the next flush.
+    bound: list[PlacementRow] = session.info.pop(_BOUND, [])
+    released: list[int] = session.info.pop(_RELEASED, [])
     connection = session.connection()
-    bound: list[PlacementRow] = connection.info.pop(_BOUND, [])
-    if not bound:
-        return
+    if released:
+        connection.execute(
+            update(AllocationRow)
+            .where(AllocationRow.placement_id.in_(released), AllocationRow.end.is_(None))
+            .values(end=time.time())
+        )
+    if bound:
+        _open_intervals(connection, bound)
+
+
+def _open_intervals(connection: Connection, bound: list[PlacementRow]) -> None:
     workloads = {
         row.id: row
         for row in connection.execute(
@@ -98,21 +122,6 @@ def _open_intervals(session: Session, _context: Any) -> None:
             }
         )
     connection.execute(insert(AllocationRow), rows)
-
-
-@event.listens_for(Engine, "rollback")
-def _forget_bound(connection: Connection) -> None:
-    # A flush that failed between its inserts and its end leaves nothing to open.
-    connection.info.pop(_BOUND, None)
-
-
-@event.listens_for(PlacementRow, "after_delete")
-def _placement_released(_mapper: Mapper[Any], connection: Connection, target: PlacementRow) -> None:
-    connection.execute(
-        update(AllocationRow)
-        .where(AllocationRow.placement_id == target.id, AllocationRow.end.is_(None))
-        .values(end=time.time())
-    )
 
 
 def _queue_path(queues: dict[int, Row[int, str, int | None]], queue_id: int) -> list[str]:
@@ -172,10 +181,10 @@ def _allocation(row: AllocationRow) -> Allocation:
     )
 
 
-def record_allocation(store: Store, allocation: Allocation) -> None:
+def record_allocation(store: Database, allocation: Allocation) -> None:
     """Write an allocation interval as it was (for imports, and for tests that build a
     timeline by hand); intervals of live work are written by the placements themselves."""
-    with store._write() as session:
+    with store.write() as session:
         session.add(
             AllocationRow(
                 placement_id=None,
@@ -194,9 +203,9 @@ def record_allocation(store: Store, allocation: Allocation) -> None:
         )
 
 
-def allocations(store: Store, since: float, until: float) -> list[Allocation]:
+def allocations(store: Database, since: float, until: float) -> list[Allocation]:
     """Every interval that overlaps [since, until), oldest first."""
-    with store._read() as session:
+    with store.read() as session:
         return _allocations(session, since, until)
 
 
@@ -212,9 +221,9 @@ def _allocations(session: Session, since: float, until: float) -> list[Allocatio
     return [_allocation(row) for row in rows]
 
 
-def open_allocations(store: Store) -> list[Allocation]:
+def open_allocations(store: Database) -> list[Allocation]:
     """The intervals still open: what every bound task holds now."""
-    with store._read() as session:
+    with store.read() as session:
         rows = session.scalars(
             select(AllocationRow).where(AllocationRow.end.is_(None)).order_by(AllocationRow.id)
         ).all()
@@ -253,7 +262,7 @@ class UsageRow:
 
 
 def usage(
-    store: Store, since: float, until: float, by: UsageKey, now: float | None = None
+    store: Database, since: float, until: float, by: UsageKey, now: float | None = None
 ) -> list[UsageRow]:
     """GPU-hours allocated, used and idle in [since, until), by workload, project,
     department (every ancestor queue of the project) or user; largest allocation first.
@@ -261,7 +270,7 @@ def usage(
     if by not in USAGE_KEYS:
         raise ValueError(f"by must be one of {', '.join(USAGE_KEYS)}, not {by!r}")
     now = time.time() if now is None else now
-    with store._read() as session:
+    with store.read() as session:
         held = _allocations(session, since, until)
         allocated: dict[str, float] = defaultdict(float)
         for allocation in held:
@@ -310,7 +319,7 @@ class SeriesPoint:
 
 
 def series(
-    store: Store,
+    store: Database,
     since: float,
     until: float,
     step: float,
@@ -325,7 +334,7 @@ def series(
     starts = [since + i * step for i in range(buckets)]
     allocated: dict[str | None, list[float]] = defaultdict(lambda: [0.0] * buckets)
     used: dict[str | None, list[float]] = defaultdict(lambda: [0.0] * buckets)
-    with store._read() as session:
+    with store.read() as session:
         held = _allocations(session, since, until)
         for allocation in held:
             keys: tuple[str | None, ...] = (None,) if by is None else allocation.keys(by)
@@ -359,9 +368,9 @@ def series(
     return result
 
 
-def workload_counts(store: Store) -> dict[str, int]:
+def workload_counts(store: Database) -> dict[str, int]:
     """How many workloads there are of each status (every status listed, 0 included)."""
-    with store._read() as session:
+    with store.read() as session:
         found = dict(
             session.execute(
                 select(WorkloadRow.status, func.count()).group_by(WorkloadRow.status)

@@ -11,7 +11,7 @@ from corral.server.rules import rules_payload
 from corral.server.scheduler import SchedulerLoop
 from corral.server.schemas import QueueIn, QueueOut, QueuePatch
 from corral.store import QueueRecord, Store
-from corral.store.rules import queue_rules, set_rules
+from corral.store.rules import queue_rules
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["queues"])
 
@@ -29,9 +29,7 @@ def list_queues(_: User, store: StoreDep, loop: LoopDep) -> list[QueueOut]:
 
 @router.post("/queues", response_model=QueueOut, status_code=201)
 def create_queue(body: QueueIn, _: Admin, store: StoreDep, loop: LoopDep) -> QueueOut:
-    record = store.create_queue(body.to_model())
-    if body.rules is not None:
-        set_rules(store, record.queue.name, rules_payload(body))
+    record = store.create_queue(body.to_model(), rules_payload(body))
     loop.trigger()
     return _queue_out(store, loop, record)
 
@@ -43,9 +41,8 @@ def get_queue(name: str, _: User, store: StoreDep, loop: LoopDep) -> QueueOut:
 
 @router.patch("/queues/{name}", response_model=QueueOut)
 def update_queue(name: str, body: QueuePatch, _: Admin, store: StoreDep, loop: LoopDep) -> QueueOut:
-    record = store.update_queue(name, body.changes())
-    if "rules" in body.model_fields_set:
-        set_rules(store, name, rules_payload(body))
+    rules = (rules_payload(body) or {}) if "rules" in body.model_fields_set else None
+    record = store.update_queue(name, body.changes(), rules)
     loop.trigger()
     return _queue_out(store, loop, record)
 

@@ -1,0 +1,184 @@
+"""Rows to records and back: what the store hands out is plain values, never ORM rows."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from corral.model import Node, Placement, Queue, Resources, TaskGroup, Topology
+from corral.model.spec import Device, WorkloadSpec
+from corral.store.records import NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
+from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
+
+# -- queues ---------------------------------------------------------------------------------
+
+
+def fill_queue(row: QueueRow, queue: Queue) -> None:
+    """Write the queue's amounts and priority into its row (unlimited amounts as NULL)."""
+    row.deserved_gpu = queue.deserved.gpu
+    row.deserved_cpu = _optional(queue.deserved.cpu)
+    row.deserved_memory = _int_or_none(queue.deserved.memory)
+    row.limit_gpu = _optional(queue.limit.gpu)
+    row.limit_cpu = _optional(queue.limit.cpu)
+    row.limit_memory = _int_or_none(queue.limit.memory)
+    row.weight_gpu = queue.over_quota_weight.gpu
+    row.weight_cpu = queue.over_quota_weight.cpu
+    row.weight_memory = queue.over_quota_weight.memory
+    row.priority = queue.priority
+
+
+def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
+    """The queue of a row; `names` maps queue ids to names (for the parent)."""
+    return Queue(
+        name=row.name,
+        parent=names[row.parent_id] if row.parent_id is not None else None,
+        deserved=Resources(
+            row.deserved_gpu, _or_inf(row.deserved_cpu), _or_inf(row.deserved_memory)
+        ),
+        limit=Resources(_or_inf(row.limit_gpu), _or_inf(row.limit_cpu), _or_inf(row.limit_memory)),
+        over_quota_weight=Resources(row.weight_gpu, row.weight_cpu, row.weight_memory),
+        priority=row.priority,
+    )
+
+
+def queue_names(session: Session) -> dict[int, str]:
+    """Every queue's name by its id."""
+    return dict(session.execute(select(QueueRow.id, QueueRow.name)).all())
+
+
+def queue_record(session: Session, row: QueueRow) -> QueueRecord:
+    """The queue of a row with its children's names."""
+    children = session.scalars(
+        select(QueueRow.name).where(QueueRow.parent_id == row.id).order_by(QueueRow.id)
+    ).all()
+    return QueueRecord(queue_from_row(row, queue_names(session)), tuple(children), row.created_at)
+
+
+def _optional(value: float) -> float | None:
+    return None if math.isinf(value) else value
+
+
+def _int_or_none(value: float) -> int | None:
+    return None if math.isinf(value) else int(value)
+
+
+def _or_inf(value: float | None) -> float:
+    return math.inf if value is None else float(value)
+
+
+# -- nodes ----------------------------------------------------------------------------------
+
+
+def node_placements(session: Session, row: NodeRow) -> list[PlacementRow]:
+    """The placements of tasks on the node."""
+    return list(session.scalars(select(PlacementRow).where(PlacementRow.node_id == row.id)).all())
+
+
+def node_record(session: Session, row: NodeRow) -> NodeRecord:
+    """The node of a row with its devices and the tasks placed on it."""
+    tasks = []
+    for placement in node_placements(session, row):
+        workload = placement.workload
+        tasks.append(
+            TaskOnNode(
+                workload.name,
+                workload.queue.name,
+                placement.task,
+                tuple(placement.devices),
+                placement.gpu,
+            )
+        )
+    node = Node(
+        name=row.name,
+        gpus=len(row.devices),
+        gpu_memory=row.gpu_memory,
+        gpu_model=row.gpu_model,
+        cpu=row.cpu,
+        memory=row.memory,
+        labels=dict(row.labels),
+        schedulable=row.schedulable,
+    )
+    return NodeRecord(
+        node=node,
+        devices=tuple(Device(d.index, d.uuid, d.model, d.memory, d.virtual) for d in row.devices),
+        virtual=row.virtual,
+        state=row.state,
+        registered_at=row.registered_at,
+        heartbeat_at=row.heartbeat_at,
+        tasks=tuple(sorted(tasks, key=lambda t: (t.devices, t.workload, t.task))),
+    )
+
+
+# -- workloads ------------------------------------------------------------------------------
+
+
+def workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> dict[str, Any]:
+    """A new pending workload's row, as values for one statement that inserts many."""
+    return {
+        "name": spec.name,
+        "queue_id": queue_id,
+        "user": spec.user,
+        "priority": spec.priority,
+        "preemptible": spec.preemptible,
+        "min_available": spec.min_available,
+        "node_selector": {key: list(values) for key, values in spec.node_selector.items()},
+        "topology_key": spec.topology.key if spec.topology else None,
+        "topology_required": spec.topology.required if spec.topology else True,
+        "command": list(spec.command),
+        "env": dict(spec.env),
+        "workdir": spec.workdir,
+        "max_runtime": spec.max_runtime,
+        "backoff_limit": spec.backoff_limit,
+        "grace_period": spec.grace_period,
+        "status": "pending",
+        "reason": None,
+        "attempts": 0,
+        "failures": 0,
+        "created_at": at,
+        "started_at": None,
+        "finished_at": None,
+    }
+
+
+def workload_spec(row: WorkloadRow, project: str) -> WorkloadSpec:
+    """The spec a workload row was submitted with."""
+    return WorkloadSpec(
+        name=row.name,
+        project=project,
+        user=row.user,
+        task_groups=tuple(
+            TaskGroup(g.name, g.replicas, g.gpu, g.gpu_memory, g.cpu, g.memory)
+            for g in row.task_groups
+        ),
+        priority=row.priority,
+        preemptible=row.preemptible,
+        min_available=row.min_available,
+        node_selector={key: tuple(values) for key, values in row.node_selector.items()},
+        topology=Topology(row.topology_key, row.topology_required) if row.topology_key else None,
+        command=tuple(row.command),
+        env=dict(row.env),
+        workdir=row.workdir,
+        max_runtime=row.max_runtime,
+        backoff_limit=row.backoff_limit,
+        grace_period=row.grace_period,
+    )
+
+
+def workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
+    """The workload of a row in queue `project`, with its placements."""
+    return WorkloadRecord(
+        id=row.id,
+        spec=workload_spec(row, project),
+        status=row.status,
+        reason=row.reason,
+        attempts=row.attempts,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        placements=tuple(
+            Placement(p.task, p.node.name, tuple(p.devices), p.gpu) for p in row.placements
+        ),
+    )

@@ -1,0 +1,100 @@
+"""The database under the store: engine, sessions, migrations, the write lock.
+
+SQLite (WAL mode, full fsync) is the embedded default; PostgreSQL is used by URL. Every
+change runs in one transaction under one process-wide write lock (`write`), so that the
+scheduler loop and API requests never interleave half-done changes. `read`, `write` and
+`writing` are the seam the store's modules (usage, telemetry, rules) work through.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def database_url(data_dir: Path | None, url: str | None) -> str:
+    """The SQLAlchemy URL for `--db URL`, or the embedded SQLite file in `data_dir`."""
+    if url:
+        if url.startswith("postgresql://") or url.startswith("postgres://"):
+            return "postgresql+psycopg://" + url.split("://", 1)[1]
+        return url
+    if data_dir is None:
+        raise ValueError("either a data directory or a database URL is needed")
+    return f"sqlite:///{data_dir / 'corral.db'}"
+
+
+class Database:
+    """A migrated database with its sessions and its write lock."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sqlite = url.startswith("sqlite")
+        self.engine: Engine = create_engine(
+            url,
+            pool_pre_ping=not self.sqlite,
+            **({"connect_args": {"check_same_thread": False}} if self.sqlite else {}),
+        )
+        if self.sqlite:
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        # Session events (see corral.store.usage) are installed on this factory, so that
+        # they apply to this database's sessions only.
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._write_lock = threading.RLock()
+        # Counts committed changes that scheduling depends on (see `write`).
+        self.generation = 0
+        self.migrate()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration."""
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the write lock across several calls (the scheduler's cycle does)."""
+        with self._write_lock:
+            yield
+
+    @contextmanager
+    def write(self, relevant: bool = True) -> Iterator[Session]:
+        """One transaction under the write lock. A `relevant` change (the default) is one
+        that can make a scheduling cycle computed before it wrong: it bumps `generation`
+        once committed."""
+        with self._write_lock:
+            with self.sessions.begin() as session:
+                yield session
+            if relevant:
+                self.generation += 1
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reading; it changes nothing and takes no lock."""
+        with self.sessions() as session:
+            yield session
+
+
+def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # FULL: a transaction that returned is on disk, even if the machine loses power.
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()

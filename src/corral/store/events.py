@@ -1,0 +1,60 @@
+"""Events: the audit trail of every change, written in the change's own transaction."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+from sqlalchemy import Table, insert, select
+from sqlalchemy.orm import Session
+
+from corral.store.records import EventRecord
+from corral.store.schema import EventRow
+
+_EVENTS = cast(Table, EventRow.__table__)
+
+
+def add_event(
+    session: Session,
+    kind: str,
+    cause: str,
+    reason: str,
+    workload: str | None = None,
+    node: str | None = None,
+) -> None:
+    """Record one event, timed now."""
+    session.add(EventRow(**event_values(time.time(), kind, cause, reason, workload, node)))
+
+
+def event_values(
+    now: float,
+    kind: str,
+    cause: str,
+    reason: str,
+    workload: str | None = None,
+    node: str | None = None,
+) -> dict[str, Any]:
+    """One event as the values of a row, for `add_events`."""
+    return {
+        "time": now,
+        "workload": workload,
+        "node": node,
+        "kind": kind,
+        "cause": cause,
+        "reason": reason,
+    }
+
+
+def add_events(session: Session, values: list[dict[str, Any]]) -> None:
+    """Many events in one statement."""
+    if values:
+        session.connection().execute(insert(_EVENTS), values)
+
+
+def list_events(session: Session, workload: str | None, limit: int) -> list[EventRecord]:
+    """The newest `limit` events (of `workload`, or of all), oldest first."""
+    query = select(EventRow).order_by(EventRow.id.desc()).limit(limit)
+    if workload is not None:
+        query = query.where(EventRow.workload == workload)
+    rows = list(reversed(session.scalars(query).all()))
+    return [EventRecord(r.id, r.time, r.workload, r.node, r.kind, r.cause, r.reason) for r in rows]

@@ -1,0 +1,144 @@
+"""Nodes: registration with their devices, cordoning, heartbeats and expiry."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from corral.model.spec import NodeSpec
+from corral.store.convert import node_placements, node_record
+from corral.store.errors import Conflict, Invalid, NotFound
+from corral.store.events import add_event
+from corral.store.records import NodeRecord
+from corral.store.schema import DeviceRow, NodeRow, PlacementRow, WorkloadRow
+
+
+def node_row(session: Session, name: str) -> NodeRow:
+    """The node's row; NotFound when there is none."""
+    row = session.scalar(select(NodeRow).where(NodeRow.name == name))
+    if row is None:
+        raise NotFound(f"node {name!r} not found")
+    return row
+
+
+def check_devices(spec: NodeSpec) -> None:
+    """A node lists each of its GPUs once, indexed 0 to gpus-1."""
+    node = spec.node
+    if len(spec.devices) != node.gpus:
+        raise Invalid("devices", f"{len(spec.devices)} devices listed for {node.gpus} GPUs")
+    if sorted(device.index for device in spec.devices) != list(range(node.gpus)):
+        raise Invalid("devices", "device indices must be 0 to gpus-1, each once")
+
+
+def register_node(session: Session, spec: NodeSpec, replace_existing: bool) -> NodeRecord:
+    """Add a node with its devices, or with `replace_existing` update an existing node's
+    devices and labels and keep its work (see `Store.register_node`)."""
+    node = spec.node
+    row = session.scalar(select(NodeRow).where(NodeRow.name == node.name))
+    now = time.time()
+    if row is not None and not replace_existing:
+        raise Conflict(f"node {node.name!r} already exists")
+    if row is None:
+        row = NodeRow(name=node.name, registered_at=now, schedulable=True)
+        session.add(row)
+    else:
+        used = max(
+            (max(p.devices, default=-1) for p in node_placements(session, row)),
+            default=-1,
+        )
+        if used >= node.gpus:
+            raise Conflict(f"node {node.name!r} has work on device {used}")
+        row.devices.clear()
+        session.flush()
+    row.gpu_model = node.gpu_model
+    row.gpu_memory = node.gpu_memory
+    row.cpu = node.cpu
+    row.memory = node.memory
+    row.labels = dict(node.labels)
+    row.virtual = spec.virtual
+    row.state = "ready"
+    row.heartbeat_at = now
+    row.devices = [
+        DeviceRow(index=d.index, uuid=d.uuid, model=d.model, memory=d.memory, virtual=d.virtual)
+        for d in sorted(spec.devices, key=lambda d: d.index)
+    ]
+    session.flush()
+    add_event(session, "node-registered", "api", f"{node.gpus} GPUs", node=node.name)
+    return node_record(session, row)
+
+
+def set_schedulable(session: Session, name: str, schedulable: bool) -> NodeRecord:
+    """Cordon or uncordon a node."""
+    row = node_row(session, name)
+    if row.schedulable != schedulable:
+        row.schedulable = schedulable
+        kind = "node-uncordoned" if schedulable else "node-cordoned"
+        add_event(session, kind, "api", "", node=name)
+    return node_record(session, row)
+
+
+def remove_node(session: Session, name: str) -> list[str]:
+    """Remove a node; its workloads go back to pending. Returns their names."""
+    row = node_row(session, name)
+    requeued = requeue_node(session, row, f"node {name} was removed")
+    session.delete(row)
+    add_event(session, "node-removed", "api", "", node=name)
+    return requeued
+
+
+def list_nodes(session: Session) -> list[NodeRecord]:
+    """Every node, by name."""
+    rows = session.scalars(
+        select(NodeRow).options(selectinload(NodeRow.devices)).order_by(NodeRow.name)
+    ).all()
+    return [node_record(session, row) for row in rows]
+
+
+def heartbeat(session: Session, node: str) -> bool:
+    """The node's agent is alive; True when the node was unavailable and is ready again."""
+    row = session.scalar(select(NodeRow).where(NodeRow.name == node))
+    if row is None:
+        return False
+    row.heartbeat_at = time.time()
+    if row.state == "ready":
+        return False
+    row.state = "ready"
+    add_event(session, "node-ready", "agent", "heartbeat resumed", node=node)
+    return True
+
+
+def expire_nodes(session: Session, timeout: float) -> list[str]:
+    """Mark nodes unheard of for `timeout` seconds unavailable and requeue their work."""
+    limit = time.time() - timeout
+    rows = session.scalars(
+        select(NodeRow).where(NodeRow.state == "ready", NodeRow.heartbeat_at < limit)
+    ).all()
+    for row in rows:
+        row.state = "unavailable"
+        add_event(
+            session, "node-unavailable", "monitor", f"no heartbeat for {timeout:g} s", node=row.name
+        )
+        requeue_node(session, row, f"node {row.name} stopped responding")
+    return [row.name for row in rows]
+
+
+def requeue_node(session: Session, row: NodeRow, why: str) -> list[str]:
+    """Send every workload with a task on `row` back to pending, a gang as a whole."""
+    # IN, not DISTINCT: PostgreSQL cannot compare the JSON columns DISTINCT would.
+    affected = session.scalars(
+        select(WorkloadRow)
+        .where(
+            WorkloadRow.id.in_(
+                select(PlacementRow.workload_id).where(PlacementRow.node_id == row.id)
+            )
+        )
+        .order_by(WorkloadRow.id)
+    ).all()
+    for workload in affected:
+        workload.placements.clear()
+        workload.status = "pending"
+        workload.reason = why
+        add_event(session, "requeued", "node", why, workload=workload.name, node=row.name)
+    return [workload.name for workload in affected]

@@ -1,0 +1,291 @@
+"""What the scheduler reads (the snapshot) and writes (a cycle's decisions)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import bindparam, case, func, select, update
+from sqlalchemy.orm import Session, selectinload
+
+from corral.model import Decisions, Node, Placement, Snapshot, TaskGroup, Topology, Workload
+from corral.store.convert import queue_from_row
+from corral.store.events import add_event, add_events, event_values
+from corral.store.records import ACTIVE, Release
+from corral.store.schema import (
+    DeviceRow,
+    NodeRow,
+    PlacementRow,
+    QueueRow,
+    TaskGroupRow,
+    WorkloadRow,
+)
+from corral.store.tasks import releases
+from corral.store.telemetry import idle_workloads
+from corral.store.workloads import WORKLOADS
+
+# A running workload whose GPUs were at 0% this long counts as idle for victim choice.
+IDLE_WINDOW = 300.0
+
+
+def read_snapshot(session: Session) -> tuple[Snapshot, int]:
+    """Pending and running work, every queue and node, as the engine reads them; and the
+    newest workload id read (see `new_workloads`)."""
+    queues = session.scalars(select(QueueRow).order_by(QueueRow.id)).all()
+    names = {row.id: row.name for row in queues}
+    nodes = _nodes(session)
+    node_names = {node_id: node.name for node_id, node in nodes}
+    # Victims whose GPUs sat idle are preferred among otherwise equal ones.
+    idle = idle_workloads(session, time.time(), IDLE_WINDOW)
+    workloads, newest = active_workloads(session, names, node_names, idle, after=0)
+    snapshot = Snapshot(
+        nodes=tuple(node for _, node in nodes),
+        queues=tuple(queue_from_row(row, names) for row in queues),
+        workloads=workloads,
+    )
+    return snapshot, newest
+
+
+def _nodes(session: Session) -> list[tuple[int, Node]]:
+    # Plain rows and a count of devices, not ORM objects: this runs every cycle.
+    gpus = dict(
+        session.execute(select(DeviceRow.node_id, func.count()).group_by(DeviceRow.node_id)).all()
+    )
+    return [
+        (
+            row.id,
+            Node(
+                name=row.name,
+                gpus=gpus.get(row.id, 0),
+                gpu_memory=row.gpu_memory,
+                gpu_model=row.gpu_model,
+                cpu=row.cpu,
+                memory=row.memory,
+                labels=row.labels,
+                schedulable=row.schedulable and row.state == "ready",
+            ),
+        )
+        for row in session.execute(
+            select(
+                NodeRow.id,
+                NodeRow.name,
+                NodeRow.gpu_model,
+                NodeRow.gpu_memory,
+                NodeRow.cpu,
+                NodeRow.memory,
+                NodeRow.labels,
+                NodeRow.schedulable,
+                NodeRow.state,
+            ).order_by(NodeRow.name)
+        )
+    ]
+
+
+def new_workloads(session: Session, after: int) -> tuple[tuple[Workload, ...], int]:
+    """Active workloads with an id above `after`, and the newest id read."""
+    names = dict(session.execute(select(QueueRow.id, QueueRow.name)).all())
+    node_names = dict(session.execute(select(NodeRow.id, NodeRow.name)).all())
+    return active_workloads(session, names, node_names, set(), after)
+
+
+def active_workloads(
+    session: Session,
+    queues: dict[int, str],
+    nodes: dict[int, str],
+    idle: set[str],
+    after: int,
+) -> tuple[tuple[Workload, ...], int]:
+    """Pending and running workloads with an id above `after`, as the engine reads them,
+    and the newest id among them (`after` when there is none). Plain rows, not ORM
+    objects, and only the columns the engine reads: this runs every cycle."""
+    active = WorkloadRow.status.in_(ACTIVE)
+    rows = session.execute(
+        select(
+            WorkloadRow.id,
+            WorkloadRow.name,
+            WorkloadRow.queue_id,
+            WorkloadRow.priority,
+            WorkloadRow.preemptible,
+            WorkloadRow.min_available,
+            WorkloadRow.node_selector,
+            WorkloadRow.topology_key,
+            WorkloadRow.topology_required,
+        )
+        .where(active, WorkloadRow.id > after)
+        .order_by(WorkloadRow.id)
+    ).all()
+    if not rows:
+        return (), after
+    # Task groups and placements of the workloads just read, and of no later ones: a
+    # workload and its task groups are committed together, so every row read has its own.
+    newest: int = rows[-1].id
+    span = (active, WorkloadRow.id > after, WorkloadRow.id <= newest)
+    groups = _task_groups(session, span)
+    placed = _placements(session, span, nodes)
+    workloads = tuple(
+        Workload(
+            name=w.name,
+            queue=queues[w.queue_id],
+            task_groups=tuple(groups.get(w.id, ())),
+            priority=w.priority,
+            preemptible=w.preemptible,
+            min_available=w.min_available,
+            node_selector={k: tuple(v) for k, v in w.node_selector.items()},
+            topology=(Topology(w.topology_key, w.topology_required) if w.topology_key else None),
+            submitted=float(w.id),
+            placements=tuple(placed.get(w.id, ())),
+            idle=w.name in idle,
+        )
+        for w in rows
+    )
+    return workloads, newest
+
+
+def _task_groups(session: Session, span: tuple[Any, ...]) -> dict[int, list[TaskGroup]]:
+    groups: dict[int, list[TaskGroup]] = {}
+    for g in session.execute(
+        select(
+            TaskGroupRow.workload_id,
+            TaskGroupRow.name,
+            TaskGroupRow.replicas,
+            TaskGroupRow.gpu,
+            TaskGroupRow.gpu_memory,
+            TaskGroupRow.cpu,
+            TaskGroupRow.memory,
+        )
+        .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
+        .where(*span)
+        .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
+    ):
+        groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
+    return groups
+
+
+def _placements(
+    session: Session, span: tuple[Any, ...], nodes: dict[int, str]
+) -> dict[int, list[Placement]]:
+    placed: dict[int, list[Placement]] = {}
+    for p in session.execute(
+        select(
+            PlacementRow.workload_id,
+            PlacementRow.task,
+            PlacementRow.node_id,
+            PlacementRow.devices,
+            PlacementRow.gpu,
+        )
+        .join(WorkloadRow, PlacementRow.workload_id == WorkloadRow.id)
+        .where(*span)
+        .order_by(PlacementRow.workload_id, PlacementRow.task)
+    ):
+        placed.setdefault(p[0], []).append(Placement(p[1], nodes[p[2]], tuple(p[3]), p[4]))
+    return placed
+
+
+def apply(session: Session, decisions: Decisions) -> list[Release]:
+    """Write one cycle's decisions: evictions, bindings, reasons. Returns the evicted
+    tasks, whose processes must now be stopped."""
+    now = time.time()
+    released = _apply_evictions(session, decisions)
+    names = set(decisions.bindings) | set(decisions.pending)
+    # Plain rows and statements run once for many rows: a burst of submissions binds
+    # hundreds of workloads in one cycle.
+    found = (
+        {
+            row.name: row
+            for row in session.execute(
+                select(
+                    WorkloadRow.id, WorkloadRow.name, WorkloadRow.status, WorkloadRow.reason
+                ).where(WorkloadRow.name.in_(names))
+            )
+        }
+        if names
+        else {}
+    )
+    if decisions.bindings:
+        _bind(session, decisions, {name: row.id for name, row in found.items()}, now)
+    reasons = [
+        {"workload_id": row.id, "reason": reason}
+        for name, reason in decisions.pending.items()
+        if (row := found.get(name)) is not None and row.status == "pending" and row.reason != reason
+    ]
+    if reasons:
+        session.connection().execute(
+            update(WORKLOADS)
+            .where(WORKLOADS.c.id == bindparam("workload_id"))
+            .values(reason=bindparam("reason")),
+            reasons,
+        )
+    return released
+
+
+def _bind(session: Session, decisions: Decisions, ids: dict[str, int], now: float) -> None:
+    node_ids = dict(session.execute(select(NodeRow.name, NodeRow.id)).all())
+    session.add_all(
+        PlacementRow(
+            workload_id=ids[name],
+            task=placement.task,
+            node_id=node_ids[placement.node],
+            devices=list(placement.devices),
+            gpu=placement.gpu,
+            created_at=now,
+        )
+        for name, placements in decisions.bindings.items()
+        for placement in placements
+    )
+    session.flush()
+    table = WORKLOADS
+    session.connection().execute(
+        update(table)
+        .where(table.c.id == bindparam("workload_id"))
+        .values(
+            status="running",
+            reason=None,
+            started_at=func.coalesce(table.c.started_at, now),
+            attempts=case(
+                (table.c.status == "running", table.c.attempts),
+                else_=table.c.attempts + 1,
+            ),
+        ),
+        [{"workload_id": ids[name]} for name in decisions.bindings],
+    )
+    add_events(
+        session,
+        [
+            event_values(
+                now,
+                "bound",
+                "scheduler",
+                f"{len(placements)} {'task' if len(placements) == 1 else 'tasks'} "
+                f"on {', '.join(sorted({p.node for p in placements}))}",
+                workload=name,
+            )
+            for name, placements in decisions.bindings.items()
+        ],
+    )
+
+
+def _apply_evictions(session: Session, decisions: Decisions) -> list[Release]:
+    if not decisions.evictions:
+        return []
+    rows = {
+        row.name: row
+        for row in session.scalars(
+            select(WorkloadRow)
+            .where(WorkloadRow.name.in_({e.workload for e in decisions.evictions}))
+            .options(selectinload(WorkloadRow.placements))
+        ).all()
+    }
+    released = []
+    for eviction in decisions.evictions:
+        row = rows[eviction.workload]
+        gone = set(eviction.tasks)
+        why = f"preempted: {eviction.action} for {eviction.by}: {eviction.reason}"
+        released.extend(releases(row, gone, why))
+        row.placements[:] = [p for p in row.placements if p.task not in gone]
+        if not row.placements:
+            row.status = "pending"
+            row.reason = why
+        add_event(session, "preempted", eviction.action, why, workload=eviction.workload)
+    # Written before the bindings, which may give the same workload new placements.
+    session.flush()
+    return released

@@ -1,0 +1,204 @@
+"""Workloads: submission (checked and inserted in batches), listing, deletion, suspension."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import Table, insert, select
+from sqlalchemy.orm import Session, selectinload
+
+from corral.model.spec import WorkloadSpec
+from corral.store.convert import workload_record, workload_values
+from corral.store.errors import Conflict, Invalid, NotFound
+from corral.store.events import add_event, add_events, event_values
+from corral.store.records import ACTIVE, WorkloadRecord
+from corral.store.schema import PlacementRow, QueueRow, TaskGroupRow, WorkloadRow
+
+# The tables, for statements that write many rows at once without the ORM.
+WORKLOADS = cast(Table, WorkloadRow.__table__)
+_TASK_GROUPS = cast(Table, TaskGroupRow.__table__)
+
+
+def workload_row(session: Session, name: str) -> WorkloadRow:
+    """The workload's row; NotFound when there is none."""
+    row = session.scalar(select(WorkloadRow).where(WorkloadRow.name == name))
+    if row is None:
+        raise NotFound(f"workload {name!r} not found")
+    return row
+
+
+@dataclass(slots=True)
+class Submission:
+    """A submission waiting for its transaction (see `Store.submit`)."""
+
+    spec: WorkloadSpec
+    at: float
+    done: bool = False
+    record: WorkloadRecord | None = None
+    error: Exception | None = None
+
+    def outcome(self) -> WorkloadRecord | Exception:
+        """The stored workload, or the error that kept it out."""
+        if self.error is not None:
+            return self.error
+        if self.record is None:
+            raise RuntimeError(f"submission {self.spec.name!r} was not written")
+        return self.record
+
+
+def insert_submissions(
+    session: Session, batch: list[Submission], atomic: bool = False
+) -> list[tuple[Submission, WorkloadRecord]]:
+    """Check and insert a batch of submissions; those that fail a check get their error
+    and are not written. `atomic`: the first failure is raised, and nothing written."""
+    accepted = _check_submissions(session, batch, atomic)
+    if not accepted:
+        return []
+    connection = session.connection()
+    ids = (
+        connection.execute(
+            insert(WORKLOADS).returning(WORKLOADS.c.id, sort_by_parameter_order=True),
+            [workload_values(item.spec, queue, item.at) for item, queue in accepted],
+        )
+        .scalars()
+        .all()
+    )
+    connection.execute(
+        insert(_TASK_GROUPS),
+        [
+            {
+                "workload_id": workload_id,
+                "ordinal": ordinal,
+                "name": group.name,
+                "replicas": group.replicas,
+                "gpu": group.gpu,
+                "gpu_memory": group.gpu_memory,
+                "cpu": group.cpu,
+                "memory": group.memory,
+            }
+            for (item, _), workload_id in zip(accepted, ids, strict=True)
+            for ordinal, group in enumerate(item.spec.task_groups)
+        ],
+    )
+    add_events(
+        session,
+        [
+            event_values(
+                item.at, "submitted", item.spec.user, f"to {item.spec.project}", item.spec.name
+            )
+            for item, _ in accepted
+        ],
+    )
+    return [
+        (item, WorkloadRecord(workload_id, item.spec, "pending", None, 0, item.at, None, None, ()))
+        for (item, _), workload_id in zip(accepted, ids, strict=True)
+    ]
+
+
+def _check_submissions(
+    session: Session, batch: list[Submission], atomic: bool
+) -> list[tuple[Submission, int]]:
+    """The submissions that pass every check, with their queue's id; the others get their
+    error (raised at once when `atomic`)."""
+    projects = {item.spec.project for item in batch}
+    queues = dict(
+        session.execute(select(QueueRow.name, QueueRow.id).where(QueueRow.name.in_(projects))).all()
+    )
+    departments = set(
+        session.scalars(select(QueueRow.parent_id).where(QueueRow.parent_id.in_(queues.values())))
+    )
+    existing = set(
+        session.scalars(
+            select(WorkloadRow.name).where(WorkloadRow.name.in_({i.spec.name for i in batch}))
+        )
+    )
+    taken: set[str] = set()
+    accepted = []
+    for index, item in enumerate(batch):
+        spec = item.spec
+        queue = queues.get(spec.project)
+        if spec.name in existing:
+            item.error = Conflict(f"workload {spec.name!r} already exists")
+        elif spec.name in taken:
+            item.error = Conflict(f"workload {spec.name!r} is submitted twice")
+        elif queue is None:
+            item.error = Invalid("project", f"unknown queue {spec.project!r}")
+        elif queue in departments:
+            item.error = Invalid(
+                "project", f"{spec.project!r} is a department; submit to a project"
+            )
+        else:
+            taken.add(spec.name)
+            accepted.append((item, queue))
+            continue
+        if atomic:
+            error = item.error
+            if isinstance(error, Invalid):
+                raise Invalid(error.field, error.message, at=("workloads", index))
+            raise error
+    return accepted
+
+
+def get_workload(session: Session, name: str) -> WorkloadRecord:
+    """The workload; NotFound when there is none."""
+    row = workload_row(session, name)
+    return workload_record(row, row.queue.name)
+
+
+def list_workloads(
+    session: Session, project: str | None, status: str | None, user: str | None
+) -> list[WorkloadRecord]:
+    """Workloads, oldest first, of one project, status or user when given."""
+    query = (
+        select(WorkloadRow, QueueRow.name)
+        .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
+        .options(
+            selectinload(WorkloadRow.task_groups),
+            selectinload(WorkloadRow.placements).selectinload(PlacementRow.node),
+        )
+        .order_by(WorkloadRow.id)
+    )
+    if project is not None:
+        query = query.where(QueueRow.name == project)
+    if status is not None:
+        query = query.where(WorkloadRow.status == status)
+    if user is not None:
+        query = query.where(WorkloadRow.user == user)
+    return [workload_record(row, queue) for row, queue in session.execute(query).all()]
+
+
+def delete_workload(session: Session, name: str, cause: str) -> WorkloadRecord:
+    """Delete a workload and free its devices. Returns what it was."""
+    row = workload_row(session, name)
+    record = workload_record(row, row.queue.name)
+    session.delete(row)
+    add_event(session, "deleted", cause, "", workload=name)
+    return record
+
+
+def suspend(session: Session, name: str, cause: str) -> WorkloadRecord:
+    """Take a workload out of scheduling; a running one gives its devices back."""
+    row = workload_row(session, name)
+    if row.status not in ACTIVE:
+        raise Conflict(
+            f"workload {name!r} is {row.status}; only pending or running work can be suspended"
+        )
+    record = workload_record(row, row.queue.name)
+    row.placements.clear()
+    row.status = "suspended"
+    row.reason = f"suspended by {cause}"
+    add_event(session, "suspended", cause, "", workload=name)
+    return record
+
+
+def resume(session: Session, name: str, cause: str) -> WorkloadRecord:
+    """Send a suspended workload back to pending."""
+    row = workload_row(session, name)
+    if row.status != "suspended":
+        raise Conflict(f"workload {name!r} is {row.status}, not suspended")
+    row.status = "pending"
+    row.reason = None
+    add_event(session, "resumed", cause, "", workload=name)
+    session.flush()
+    return workload_record(row, row.queue.name)

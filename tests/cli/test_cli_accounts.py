@@ -90,14 +90,38 @@ def test_admins_create_users_and_tokens(server: Any, admin: Cli, api: httpx.Clie
     assert "Created acct-alice (member of acct-proj)." in created.stderr
     admin.ok("user", "create", "acct-viv", "--role", "viewer")
     listed = admin.ok("user", "list")
-    assert row(listed, "acct-alice") == ["acct-alice", "member", "acct-proj"]
+    assert row(listed, "acct-alice") == ["acct-alice", "member", "acct-proj (member)"]
     assert row(listed, "acct-viv") == ["acct-viv", "viewer", "-"]
     assert admin.json("user", "list") == api.get("/users").json()
     second = admin.ok("user", "token", "acct-alice").strip()
     assert second != token
+    first = {"project": "acct-proj", "role": "member"}
     for each in (token, second):
         whoami = httpx.get(f"{server.api}/whoami", headers={"Authorization": f"Bearer {each}"})
-        assert whoami.json() == {"name": "acct-alice", "role": "member", "project": "acct-proj"}
+        assert whoami.json() == {
+            "name": "acct-alice",
+            "role": "member",
+            "project": "acct-proj",
+            "projects": [first],
+        }
+
+    # A second project, as its project-admin; then out of the first.
+    make(api, "/queues", {"name": "acct-two"})
+    added = admin.run("user", "add-project", "acct-alice", "acct-two", "--role", "project-admin")
+    assert added.returncode == 0, added.stderr
+    assert "acct-proj (member), acct-two (project-admin)" in added.stderr
+    listed = admin.ok("user", "list")
+    assert "acct-proj (member), acct-two" in listed and "(project-admin)" in listed
+    admin.ok("user", "remove-project", "acct-alice", "acct-proj")
+    users = {u["name"]: u for u in api.get("/users").json()}
+    assert users["acct-alice"]["projects"] == [{"project": "acct-two", "role": "project-admin"}]
+    assert users["acct-alice"]["project"] == "acct-two"
+    assert admin.fails("user", "remove-project", "acct-alice", "acct-proj", code=1) == (
+        "acct-alice is not a member of 'acct-proj'"
+    )
+    assert admin.fails("user", "add-project", "acct-viv", "acct-two", code=2) == (
+        "only members belong to projects; acct-viv is a viewer"
+    )
 
 
 @sqlite_only

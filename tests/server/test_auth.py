@@ -1,4 +1,4 @@
-"""Who may do what: members in their own project, viewers read-only, admins everything else;
+"""Who may do what: members in their own projects, viewers read-only, admins everything else;
 and the first admin token, which only the owner of the data directory can read."""
 
 from __future__ import annotations
@@ -84,8 +84,9 @@ def test_member_cannot_touch_another_project(team: Team) -> None:
         ("POST", f"/workloads/{team.their_work}/suspend"),
         ("POST", f"/workloads/{team.their_work}/resume"),
     ):
+        # 404, as for a workload that does not exist: another project's names do not leak.
         response = team.member.request(method, path)
-        assert response.status_code == 403, (method, path, response.text)
+        assert response.status_code == 404, (method, path, response.text)
     their_work = team.api.workload(team.their_work)
     assert their_work["status"] == "pending"
     events = team.api.admin.get(f"/workloads/{team.their_work}/events").json()
@@ -102,16 +103,16 @@ def test_member_manages_its_own_project(team: Team) -> None:
     assert response.status_code == 200 and response.json()["status"] == "suspended"
     response = team.member.post(f"/workloads/{mine['name']}/resume")
     assert response.status_code == 200, response.text
-    # Anything in the project, not only what the member submitted.
+    # What another user submitted in the project is the project-admins' to manage.
     response = team.member.post(f"/workloads/{team.our_work}/suspend")
-    assert response.status_code == 200, response.text
-    assert team.member.delete(f"/workloads/{team.our_work}").status_code == 204
+    assert response.status_code == 403, response.text
+    assert team.member.delete(f"/workloads/{team.our_work}").status_code == 403
     assert team.member.delete(f"/workloads/{mine['name']}").status_code == 204
-    for name in (mine["name"], team.our_work):
-        assert team.api.admin.get(f"/workloads/{name}").status_code == 404
-    # Members read the whole cluster.
+    assert team.api.admin.get(f"/workloads/{mine['name']}").status_code == 404
+    assert team.api.workload(team.our_work)["status"] == "pending"
+    # Members read their own projects only.
     names = {workload["name"] for workload in team.member.get("/workloads").json()}
-    assert team.their_work in names
+    assert team.our_work in names and team.their_work not in names
 
 
 def test_viewer_reads_but_cannot_write(team: Team) -> None:

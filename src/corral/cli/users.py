@@ -1,10 +1,15 @@
-"""`corral user create|list|token`: accounts and their tokens, for admins.
+"""`corral user create|list|token|add-project|remove-project`: accounts, the projects they
+belong to, and their tokens, for admins.
+
+A user's role is global: an admin does everything, a viewer reads every project, a member
+reads and submits in the projects they belong to, as a `member` (manages their own
+workloads) or a `project-admin` (manages every workload of the project).
 
 A token is printed alone on stdout, and only once (the server keeps its digest), so that
 `TOKEN=$(corral user create ...)` works; the sentence around it goes to stderr.
 """
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -12,9 +17,12 @@ from rich.table import Table
 
 from corral.cli.common import print_json, reported_errors
 from corral.cli.config import connect, describe_user
-from corral.sdk.types import Role
+from corral.sdk.types import MembershipOut, Role
 
-user_app = typer.Typer(help="Users and their tokens (admins only).", no_args_is_help=True)
+user_app = typer.Typer(
+    help="Users, their projects and their tokens (admins only).", no_args_is_help=True
+)
+ProjectRole = Literal["member", "project-admin"]
 
 Name = Annotated[str, typer.Argument(metavar="NAME", help="The user's name.", show_default=False)]
 
@@ -25,12 +33,19 @@ def create_command(
     name: Name,
     project: Annotated[
         str | None,
-        typer.Option("--project", "-p", help="The project a member works in.", show_default=False),
+        typer.Option(
+            "--project",
+            "-p",
+            help="A member's first project (add more with add-project).",
+            show_default=False,
+        ),
     ] = None,
     role: Annotated[
         Role,
         typer.Option(
-            "--role", help="member: submits to their project; viewer: reads; admin: everything."
+            "--role",
+            help="member: reads and submits in their projects; viewer: reads every "
+            "project; admin: everything.",
         ),
     ] = "member",
 ) -> None:
@@ -51,20 +66,56 @@ def token_command(ctx: typer.Context, name: Name) -> None:
     typer.echo(issued["token"])
 
 
+Project = Annotated[str, typer.Argument(metavar="PROJECT", help="The project.", show_default=False)]
+
+
+@user_app.command("add-project")
+def add_project_command(
+    ctx: typer.Context,
+    name: Name,
+    project: Project,
+    role: Annotated[
+        ProjectRole,
+        typer.Option(
+            "--role",
+            help="member: manages their own workloads there; project-admin: every "
+            "workload of the project.",
+        ),
+    ] = "member",
+) -> None:
+    """Make a member belong to another project (or change their role in one)."""
+    with reported_errors(ctx), connect() as client:
+        user = client.set_membership(name, project, role)
+    typer.echo(f"{user['name']} is now in {_projects(user['projects'])}.", err=True)
+
+
+@user_app.command("remove-project")
+def remove_project_command(ctx: typer.Context, name: Name, project: Project) -> None:
+    """Take a member out of a project; their workloads there stay."""
+    with reported_errors(ctx), connect() as client:
+        client.remove_membership(name, project)
+    typer.echo(f"{name} is no longer in {project}.", err=True)
+
+
+def _projects(memberships: list[MembershipOut]) -> str:
+    """`team-a (member), team-b (project-admin)`, or `-`."""
+    return ", ".join(f"{m['project']} ({m['role']})" for m in memberships) or "-"
+
+
 @user_app.command("list")
 def list_command(
     ctx: typer.Context,
     json_output: Annotated[bool, typer.Option("--json", help="Print the API's JSON.")] = False,
 ) -> None:
-    """Every user, with their role and project."""
+    """Every user, with their role and projects (with their role in each)."""
     with reported_errors(ctx), connect() as client:
         users = client.list_users()
     if json_output:
         print_json(users)
         return
     table = Table()
-    for column in ("user", "role", "project"):
+    for column in ("user", "role", "projects"):
         table.add_column(column)
     for user in users:
-        table.add_row(user["name"], user["role"], user["project"] or "-")
+        table.add_row(user["name"], user["role"], _projects(user["projects"]))
     Console().print(table)

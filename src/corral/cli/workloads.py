@@ -162,7 +162,7 @@ def why_command(
             table.add_column(column)
         for holder in why["holders"]:
             table.add_row(
-                holder["workload"],
+                holder["workload"] or "(another project's)",
                 holder["project"],
                 _priority_name(holder["priority"]),
                 "yes" if holder["preemptible"] else "no",

@@ -127,6 +127,15 @@ class Client:
         body = {"name": name, "role": role, "project": project}
         return cast(TokenOut, self._request("POST", "/users", body))
 
+    def set_membership(self, user: str, project: str, role: str = "member") -> UserOut:
+        """Make a member belong to `project` with `role` (member or project-admin)."""
+        path = f"/users/{_segment(user)}/projects/{_segment(project)}"
+        return cast(UserOut, self._request("PUT", path, {"role": role}))
+
+    def remove_membership(self, user: str, project: str) -> None:
+        """Take a member out of `project`."""
+        self._request("DELETE", f"/users/{_segment(user)}/projects/{_segment(project)}")
+
     def create_token(self, user: str) -> TokenOut:
         """A new token for an existing user; earlier tokens stay valid."""
         return cast(TokenOut, self._request("POST", f"/users/{_segment(user)}/tokens"))

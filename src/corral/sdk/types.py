@@ -91,7 +91,8 @@ class EventOut(TypedDict):
 
 
 class HolderOut(TypedDict):
-    workload: str
+    # null for another project's workload, whose name a member may not read
+    workload: str | None
     project: str
     priority: int
     preemptible: bool
@@ -107,6 +108,11 @@ class LogOut(TypedDict):
     offset: int
     # tasks that have logs
     tasks: list[int]
+
+
+class MembershipOut(TypedDict):
+    project: str
+    role: str
 
 
 class NodeOut(TypedDict):
@@ -187,7 +193,8 @@ class TaskGroupOut(TypedDict):
 
 
 class TaskOnNodeOut(TypedDict):
-    workload: str
+    # null for another project's workload, whose name a member may not read
+    workload: str | None
     project: str
     task: int
     devices: list[int]
@@ -215,7 +222,10 @@ class UsageRowOut(TypedDict):
 class UserOut(TypedDict):
     name: str
     role: str
+    # the first of `projects`, or null
     project: str | None
+    # a member's projects and role in each
+    projects: list[MembershipOut]
 
 
 class WeightsOut(TypedDict):

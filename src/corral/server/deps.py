@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from corral.server.background import Background
 from corral.server.errors import Forbidden, Unauthorized
 from corral.server.scheduler import SchedulerLoop
-from corral.store import Store, UserRecord
+from corral.store import NotFound, Store, UserRecord, WorkloadRecord
 
 API = "/api/v1"
 bearer = HTTPBearer(auto_error=False)
@@ -74,13 +74,64 @@ async def admin(current: User) -> UserRecord:
 Admin = Annotated[UserRecord, Depends(admin)]
 
 
-def may_manage(current: UserRecord, project: str) -> None:
-    """Raise Forbidden unless `current` may change the work of `project`: admins may
-    change any, members their own project's, viewers none."""
-    if current.role == "admin":
-        return
-    if current.role == "member" and current.project == project:
+def may_read(current: UserRecord, project: str) -> bool:
+    """Whether `current` may read `project`'s work: admins and viewers every project's,
+    members their projects' only."""
+    return current.reads_all or project in current.projects
+
+
+def readable_projects(current: UserRecord) -> frozenset[str] | None:
+    """The projects whose work `current` may read, or None for every project."""
+    return None if current.reads_all else current.projects
+
+
+def visible_workload(store: Store, current: UserRecord, name: str) -> WorkloadRecord:
+    """The workload `name` if `current` may read it. Another project's workload is 404
+    with the very answer of a workload that does not exist, so that names do not leak."""
+    record = store.get_workload(name)
+    if not may_read(current, record.spec.project):
+        raise NotFound(f"workload {name!r} not found")
+    return record
+
+
+def may_submit(current: UserRecord, project: str) -> None:
+    """Raise Forbidden unless `current` may submit to `project`: admins to any, members
+    to their projects, viewers to none."""
+    if current.role == "admin" or project in current.projects:
         return
     if current.role == "viewer":
         raise Forbidden(f"{current.name} is a viewer and may only read")
-    raise Forbidden(f"{current.name} is a member of {current.project}, not of {project}")
+    raise Forbidden(_outsider(current, project))
+
+
+def _outsider(current: UserRecord, project: str) -> str:
+    """Why a member may not act in `project`: the projects they do belong to."""
+    if not current.memberships:
+        return f"{current.name} is not a member of {project}"
+    return f"{current.name} is a member of {', '.join(sorted(current.projects))}, not of {project}"
+
+
+def may_manage(current: UserRecord, record: WorkloadRecord) -> None:
+    """Raise Forbidden unless `current` may stop, delete, suspend or resume the workload:
+    admins any, a project's project-admins all of its workloads, its members their own."""
+    project, owner = record.spec.project, record.spec.user
+    if current.role == "admin":
+        return
+    if current.role == "viewer":
+        raise Forbidden(f"{current.name} is a viewer and may only read")
+    role = current.role_in(project)
+    if role == "project-admin" or (role == "member" and owner == current.name):
+        return
+    if role is None:
+        raise Forbidden(_outsider(current, project))
+    raise Forbidden(
+        f"{record.name} is {owner}'s; a member of {project} manages only their own workloads"
+    )
+
+
+def managed_workload(store: Store, current: UserRecord, name: str) -> WorkloadRecord:
+    """The workload `name`, which `current` must be allowed to manage: 404 when they may
+    not even read it (see `visible_workload`), 403 when they may read but not manage it."""
+    record = visible_workload(store, current, name)
+    may_manage(current, record)
+    return record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from corral.model import Decisions
@@ -82,8 +83,9 @@ def workload_out(record: WorkloadRecord) -> WorkloadOut:
     )
 
 
-def node_out(record: NodeRecord) -> NodeOut:
-    """A node with its devices and the tasks on it."""
+def node_out(record: NodeRecord, readable: Collection[str] | None = None) -> NodeOut:
+    """A node with its devices and the tasks on it; a task of a project outside
+    `readable` (None: all) is shown without its workload's name."""
     node = record.node
     return NodeOut(
         name=node.name,
@@ -99,7 +101,7 @@ def node_out(record: NodeRecord) -> NodeOut:
         devices=[DeviceOut(**vars_of(device)) for device in record.devices],
         tasks=[
             TaskOnNodeOut(
-                workload=t.workload,
+                workload=t.workload if readable is None or t.project in readable else None,
                 project=t.project,
                 task=t.task,
                 devices=list(t.devices),

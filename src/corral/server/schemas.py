@@ -25,6 +25,7 @@ from corral.model import (
 )
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.server.rules import RuleOut, RulesIn
+from corral.store.records import UserRecord
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=63)]
@@ -419,7 +420,9 @@ class EventOut(BaseModel):
 
 
 class HolderOut(BaseModel):
-    workload: str
+    workload: str | None = Field(
+        description="null for another project's workload, whose name a member may not read"
+    )
     project: str
     priority: int
     preemptible: bool
@@ -516,7 +519,9 @@ class DeviceOut(BaseModel):
 
 
 class TaskOnNodeOut(BaseModel):
-    workload: str
+    workload: str | None = Field(
+        description="null for another project's workload, whose name a member may not read"
+    )
     project: str
     task: int
     devices: list[int]
@@ -559,8 +564,14 @@ class ClusterOut(BaseModel):
 
 class UserIn(Body):
     name: Name
-    role: Literal["admin", "member", "viewer"] = "member"
-    project: Name | None = None
+    role: Literal["admin", "member", "viewer"] = Field(
+        "member",
+        description="admin: everything; viewer: reads every project, writes nothing; "
+        "member: reads and submits in the projects they belong to",
+    )
+    project: Name | None = Field(
+        None, description="a member's first project, where they are a `member`"
+    )
 
     @model_validator(mode="after")
     def _project(self) -> UserIn:
@@ -571,10 +582,33 @@ class UserIn(Body):
         return self
 
 
+class MembershipIn(Body):
+    role: Literal["member", "project-admin"] = Field(
+        "member",
+        description="member: manages their own workloads of the project; project-admin: "
+        "every workload of the project",
+    )
+
+
+class MembershipOut(BaseModel):
+    project: str
+    role: str
+
+
 class UserOut(BaseModel):
     name: str
     role: str
-    project: str | None
+    project: str | None = Field(description="the first of `projects`, or null")
+    projects: list[MembershipOut] = Field(description="a member's projects and role in each")
+
+    @classmethod
+    def of(cls, record: UserRecord) -> UserOut:
+        return cls(
+            name=record.name,
+            role=record.role,
+            project=record.project,
+            projects=[MembershipOut(project=p, role=r) for p, r in record.memberships],
+        )
 
 
 class TokenOut(BaseModel):

@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, BeforeValidator, Field
 
 from corral.model.durations import parse_duration
-from corral.server.deps import API, StoreDep, User
+from corral.server.deps import API, StoreDep, User, readable_projects, visible_workload
 from corral.server.metrics import StateCollector, now_state
 from corral.server.scheduler import SchedulerLoop
 from corral.server.schemas import ErrorOut
@@ -182,17 +182,18 @@ def cluster_series(
 
 @router.get("/telemetry/queues", response_model=QueueSeriesOut)
 def queue_series(
-    _: User,
+    current: User,
     store: StoreDep,
     since: Annotated[Duration, Query(description=SINCE)] = 3600.0,
     step: Step = None,
     until: Until = None,
 ) -> QueueSeriesOut:
     """GPUs allocated and used over time by every project and department, beside what
-    each deserves."""
+    each deserves; a member sees the series of their own projects only."""
     start, end = _period(since, until)
     step = _step(since, step)
-    queues = store.list_queues()
+    readable = readable_projects(current)
+    queues = [q for q in store.list_queues() if readable is None or q.queue.name in readable]
     found = series(store, start, end, step, by="project")
     found.update(series(store, start, end, step, by="department"))
     buckets = max(1, math.ceil((end - start) / step))
@@ -221,7 +222,7 @@ def queue_series(
 )
 def workload_series(
     name: str,
-    _: User,
+    current: User,
     store: StoreDep,
     since: Annotated[Duration, Query(description=SINCE)] = 3600.0,
     until: Until = None,
@@ -229,6 +230,10 @@ def workload_series(
     """Every sample of a workload's devices: raw samples for the last 24 hours, minute
     and hour rollups further back."""
     start, end = _period(since, until)
+    # The samples of a deleted workload outlive it; its project is then unknown, and a
+    # member gets 404 as for any workload they may not read.
+    if readable_projects(current) is not None:
+        visible_workload(store, current, name)
     samples = workload_samples(store, name, start, end)
     if not samples:
         store.get_workload(name)  # 404 for a workload that never was
@@ -250,8 +255,11 @@ def workload_series(
 
 
 @router.get("/telemetry/devices", response_model=list[DeviceTelemetryOut])
-def devices(_: User, store: StoreDep) -> list[DeviceTelemetryOut]:
-    """Every device with its latest sample and the workloads holding it."""
+def devices(current: User, store: StoreDep) -> list[DeviceTelemetryOut]:
+    """Every device with its latest sample and the workloads holding it (a member sees
+    the names of their projects' workloads only)."""
+    readable = readable_projects(current)
+    shown = None if readable is None else {r.name for r in store.list_workloads(projects=readable)}
     return [
         DeviceTelemetryOut(
             node=d.node,
@@ -264,7 +272,7 @@ def devices(_: User, store: StoreDep) -> list[DeviceTelemetryOut]:
             power=d.power,
             temperature=d.temperature,
             source=d.source,
-            workloads=d.workloads,
+            workloads=d.workloads if shown is None else [w for w in d.workloads if w in shown],
             state=d.state,  # type: ignore[arg-type]
         )
         for d in now_state(store).devices
@@ -277,7 +285,7 @@ def devices(_: User, store: StoreDep) -> list[DeviceTelemetryOut]:
     responses={200: {"content": {"text/csv": {}}, "description": "rows, as JSON or CSV"}},
 )
 def usage_report(
-    _: User,
+    current: User,
     store: StoreDep,
     since: Annotated[Duration, Query(description=SINCE)] = 7 * 86400.0,
     by: Annotated[UsageKey, Query(description="what to total by")] = "project",
@@ -285,9 +293,10 @@ def usage_report(
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> Any:
     """GPU-hours allocated, used (weighted by utilisation) and idle (allocated while at
-    0%), by project, department, user or workload."""
+    0%), by project, department, user or workload; a member's report counts the work
+    of their own projects only."""
     start, end = _period(since, until)
-    rows = usage(store, start, end, by)
+    rows = usage(store, start, end, by, projects=readable_projects(current))
     if format == "csv":
         return Response(usage_csv(rows), media_type="text/csv; charset=utf-8")
     return [UsageRowOut(**_row(row)) for row in rows]

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from corral.engine.state import natural_key
 from corral.server.schemas import HolderOut, WhyOut
 from corral.store import Store
 
 
-def explain(store: Store, name: str) -> WhyOut:
+def explain(store: Store, name: str, readable: Collection[str] | None = None) -> WhyOut:
     """Why a workload waits: the engine's reason, its place in its project, and who holds
-    the GPUs it could use."""
+    the GPUs it could use. A holder outside the `readable` projects (None: all) is shown
+    by project, priority and size, but not by name."""
     record = store.get_workload(name)
     spec = record.spec
     position = None
@@ -32,7 +35,9 @@ def explain(store: Store, name: str) -> WhyOut:
                 continue
             holders.append(
                 HolderOut(
-                    workload=task.workload,
+                    workload=task.workload
+                    if readable is None or task.project in readable
+                    else None,
                     project=task.project,
                     priority=holder.spec.priority,
                     preemptible=holder.spec.preemptible,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -214,10 +214,12 @@ class Store(Database):
         project: str | None = None,
         status: str | None = None,
         user: str | None = None,
+        projects: Collection[str] | None = None,
     ) -> list[WorkloadRecord]:
-        """Workloads, oldest first, of one project, status or user when given."""
+        """Workloads, oldest first, of one project, status or user when given, and only
+        of `projects` when given (what a member may read)."""
         with self.read() as session:
-            return workloads.list_workloads(session, project, status, user)
+            return workloads.list_workloads(session, project, status, user, projects)
 
     def delete_workload(self, name: str, cause: str) -> WorkloadRecord:
         """Delete a workload and free its devices. Returns what it was."""
@@ -308,11 +310,24 @@ class Store(Database):
         with self._accounts() as session:
             return accounts.ensure_admin(session)
 
-    def create_user(self, name: str, role: str, project: str | None) -> tuple[UserRecord, str]:
-        """Create a user with a first token; returns the user and the token."""
-        accounts.check_user(role, project)
+    def create_user(
+        self, name: str, role: str, project: str | None, project_role: str = "member"
+    ) -> tuple[UserRecord, str]:
+        """Create a user with a first token (a member with `project_role` in `project`);
+        returns the user and the token."""
+        accounts.check_user(role, project, project_role)
         with self._accounts() as session:
-            return accounts.create_user(session, name, role, project)
+            return accounts.create_user(session, name, role, project, project_role)
+
+    def set_membership(self, name: str, project: str, role: str) -> UserRecord:
+        """Make member `name` belong to `project` with `role`, or change its role there."""
+        with self._accounts() as session:
+            return accounts.set_membership(session, name, project, role)
+
+    def remove_membership(self, name: str, project: str) -> UserRecord:
+        """Take member `name` out of `project`."""
+        with self._accounts() as session:
+            return accounts.remove_membership(session, name, project)
 
     def create_token(self, user: str) -> str:
         """A new token for the user."""

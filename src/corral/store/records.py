@@ -11,6 +11,8 @@ ACTIVE = ("pending", "running")
 FINISHED = ("succeeded", "failed")
 STATUSES = ("pending", "running", "suspended", "succeeded", "failed")
 ROLES = ("admin", "member", "viewer")
+# A member's role in one of its projects.
+PROJECT_ROLES = ("member", "project-admin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +89,31 @@ class EventRecord:
 
 @dataclass(frozen=True, slots=True)
 class UserRecord:
+    """A user: `role` is global (admin, viewer or member); a member's rights come from
+    `memberships`, (project, role in it) pairs, oldest first."""
+
     name: str
     role: str
-    project: str | None
+    memberships: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def project(self) -> str | None:
+        """The first project (what `role` + `project` meant before memberships)."""
+        return self.memberships[0][0] if self.memberships else None
+
+    @property
+    def projects(self) -> frozenset[str]:
+        """Every project the user belongs to."""
+        return frozenset(project for project, _ in self.memberships)
+
+    def role_in(self, project: str) -> str | None:
+        """The user's role in `project`, or None when not a member of it."""
+        return next((role for name, role in self.memberships if name == project), None)
+
+    @property
+    def reads_all(self) -> bool:
+        """Admins and viewers read every project; members only their own."""
+        return self.role in ("admin", "viewer")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -197,12 +198,43 @@ class UserRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(NAME), unique=True)
-    # admin | member | viewer
+    # admin | member | viewer; a member's projects are its memberships. (The column
+    # users.project_id of 0001 is left in the database, unused: see 0003_memberships.)
     role: Mapped[str] = mapped_column(String(16))
-    project_id: Mapped[int | None] = mapped_column(ForeignKey("queues.id", ondelete="SET NULL"))
     created_at: Mapped[float] = mapped_column(Float)
 
-    project: Mapped[QueueRow | None] = relationship()
+    memberships: Mapped[list[MembershipRow]] = relationship(
+        back_populates="user", cascade="all, delete-orphan", order_by="MembershipRow.id"
+    )
+
+
+class MembershipRow(Base):
+    """A member's place in one project: `member` (manages its own workloads there) or
+    `project-admin` (manages every workload of the project)."""
+
+    __tablename__ = "memberships"
+    __table_args__ = (UniqueConstraint("user_id", "queue_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    queue_id: Mapped[int] = mapped_column(ForeignKey("queues.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(16))
+
+    user: Mapped[UserRow] = relationship(back_populates="memberships")
+    queue: Mapped[QueueRow] = relationship()
+
+
+class SecretRow(Base):
+    """A project's secret: its value is stored encrypted (Fernet), never in clear."""
+
+    __tablename__ = "secrets"
+    __table_args__ = (UniqueConstraint("queue_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    queue_id: Mapped[int] = mapped_column(ForeignKey("queues.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(NAME))
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    updated_at: Mapped[float] = mapped_column(Float)
 
 
 class TokenRow(Base):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -262,16 +262,24 @@ class UsageRow:
 
 
 def usage(
-    store: Database, since: float, until: float, by: UsageKey, now: float | None = None
+    store: Database,
+    since: float,
+    until: float,
+    by: UsageKey,
+    now: float | None = None,
+    projects: Collection[str] | None = None,
 ) -> list[UsageRow]:
     """GPU-hours allocated, used and idle in [since, until), by workload, project,
     department (every ancestor queue of the project) or user; largest allocation first.
-    A project outside any department has no department row."""
+    A project outside any department has no department row. With `projects`, only the
+    work of those projects counts (what a member may read)."""
     if by not in USAGE_KEYS:
         raise ValueError(f"by must be one of {', '.join(USAGE_KEYS)}, not {by!r}")
     now = time.time() if now is None else now
     with store.read() as session:
         held = _allocations(session, since, until)
+        if projects is not None:
+            held = [allocation for allocation in held if allocation.project in projects]
         allocated: dict[str, float] = defaultdict(float)
         for allocation in held:
             seconds = allocation.seconds_within(since, until, now)
@@ -285,7 +293,7 @@ def usage(
     used: dict[str, GpuSeconds] = defaultdict(GpuSeconds)
     for workload, amounts in per_workload.items():
         owner = owners.get(workload)
-        if owner is None:
+        if owner is None or (projects is not None and owner.project not in projects):
             continue
         for key in owner.keys(by):
             used[key].used += amounts.used

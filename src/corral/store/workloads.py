@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
 
@@ -147,9 +148,14 @@ def get_workload(session: Session, name: str) -> WorkloadRecord:
 
 
 def list_workloads(
-    session: Session, project: str | None, status: str | None, user: str | None
+    session: Session,
+    project: str | None,
+    status: str | None,
+    user: str | None,
+    projects: Collection[str] | None = None,
 ) -> list[WorkloadRecord]:
-    """Workloads, oldest first, of one project, status or user when given."""
+    """Workloads, oldest first, of one project, status or user when given, and of
+    `projects` only when given."""
     query = (
         select(WorkloadRow, QueueRow.name)
         .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
@@ -161,6 +167,8 @@ def list_workloads(
     )
     if project is not None:
         query = query.where(QueueRow.name == project)
+    if projects is not None:
+        query = query.where(QueueRow.name.in_(sorted(projects)))
     if status is not None:
         query = query.where(WorkloadRow.status == status)
     if user is not None:

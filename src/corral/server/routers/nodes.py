@@ -1,10 +1,11 @@
-"""Nodes: registering, removing and cordoning them is an admin's; anyone may read."""
+"""Nodes: registering, removing and cordoning them is an admin's; anyone may read them,
+but a member sees the names of their own projects' workloads only."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from corral.server.deps import API, Admin, LoopDep, StoreDep, User
+from corral.server.deps import API, Admin, LoopDep, StoreDep, User, readable_projects
 from corral.server.errors import ERRORS
 from corral.server.outputs import node_out
 from corral.server.schemas import NodeIn, NodeOut
@@ -13,8 +14,9 @@ router = APIRouter(prefix=API, responses=ERRORS, tags=["nodes"])
 
 
 @router.get("/nodes", response_model=list[NodeOut])
-def list_nodes(_: User, store: StoreDep) -> list[NodeOut]:
-    return [node_out(record) for record in store.list_nodes()]
+def list_nodes(current: User, store: StoreDep) -> list[NodeOut]:
+    readable = readable_projects(current)
+    return [node_out(record, readable) for record in store.list_nodes()]
 
 
 @router.post("/nodes", response_model=NodeOut, status_code=201)
@@ -25,8 +27,8 @@ def register_node(body: NodeIn, _: Admin, store: StoreDep, loop: LoopDep) -> Nod
 
 
 @router.get("/nodes/{name}", response_model=NodeOut)
-def get_node(name: str, _: User, store: StoreDep) -> NodeOut:
-    return node_out(store.get_node(name))
+def get_node(name: str, current: User, store: StoreDep) -> NodeOut:
+    return node_out(store.get_node(name), readable_projects(current))
 
 
 @router.delete("/nodes/{name}", status_code=204)

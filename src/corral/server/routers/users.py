@@ -1,25 +1,48 @@
-"""Users and their tokens (an admin's), and who the caller is."""
+"""Users, the projects they belong to and their tokens (an admin's), and who the caller is.
+
+A user's `role` is global: an admin does everything, a viewer reads every project and
+writes nothing, a member reads and submits in the projects they belong to. A member
+belongs to one project or more, as a `member` (manages their own workloads there) or a
+`project-admin` (manages all of the project's workloads).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from corral.server.deps import API, Admin, StoreDep, User
 from corral.server.errors import ERRORS
-from corral.server.schemas import TokenOut, UserIn, UserOut
+from corral.server.schemas import MembershipIn, TokenOut, UserIn, UserOut
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["users"])
 
 
 @router.get("/users", response_model=list[UserOut])
 def list_users(_: Admin, store: StoreDep) -> list[UserOut]:
-    return [UserOut(name=u.name, role=u.role, project=u.project) for u in store.list_users()]
+    return [UserOut.of(record) for record in store.list_users()]
 
 
 @router.post("/users", response_model=TokenOut, status_code=201)
 def create_user(body: UserIn, _: Admin, store: StoreDep) -> TokenOut:
+    """Create a user and their first token; a member's `project` is their first
+    membership, as a `member`."""
     record, token = store.create_user(body.name, body.role, body.project)
     return TokenOut(user=record.name, token=token)
+
+
+@router.put("/users/{name}/projects/{project}", response_model=UserOut)
+def set_membership(
+    name: str, project: str, body: MembershipIn, _: Admin, store: StoreDep
+) -> UserOut:
+    """Make a member belong to another project, or change their role in one."""
+    return UserOut.of(store.set_membership(name, project, body.role))
+
+
+@router.delete("/users/{name}/projects/{project}", status_code=204)
+def remove_membership(name: str, project: str, _: Admin, store: StoreDep) -> Response:
+    """Take a member out of a project; their workloads there stay."""
+    store.remove_membership(name, project)
+    return Response(status_code=204)
 
 
 @router.post("/users/{name}/tokens", response_model=TokenOut, status_code=201)
@@ -29,4 +52,4 @@ def create_token(name: str, _: Admin, store: StoreDep) -> TokenOut:
 
 @router.get("/whoami", response_model=UserOut)
 def whoami(current: User) -> UserOut:
-    return UserOut(name=current.name, role=current.role, project=current.project)
+    return UserOut.of(current)

@@ -1,5 +1,7 @@
 """Workloads: submitting (one or a batch), reading, stopping and resuming them, their
-events, logs and why they wait. Members act on their own project's work only."""
+events, logs and why they wait. Members read their projects' work only (another
+project's workload is 404, as if it did not exist) and manage their own workloads; a
+project's project-admins manage all of its workloads; viewers read all; admins do all."""
 
 from __future__ import annotations
 
@@ -9,7 +11,17 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from corral.server.background import Background
-from corral.server.deps import API, BackgroundDep, LoopDep, StoreDep, User, may_manage
+from corral.server.deps import (
+    API,
+    BackgroundDep,
+    LoopDep,
+    StoreDep,
+    User,
+    managed_workload,
+    may_submit,
+    readable_projects,
+    visible_workload,
+)
 from corral.server.errors import ERRORS
 from corral.server.logs import read_log
 from corral.server.outputs import vars_of, workload_out
@@ -30,20 +42,23 @@ def drawn_name(project: str) -> str:
 
 @router.get("/workloads", response_model=list[WorkloadOut])
 def list_workloads(
-    _: User,
+    current: User,
     store: StoreDep,
     project: str | None = None,
     status: Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")] = None,
     user: str | None = None,
 ) -> list[WorkloadOut]:
-    return [workload_out(r) for r in store.list_workloads(project, status, user)]
+    """Workloads, oldest first, filtered by project, status or user; a member sees only
+    the workloads of the projects they belong to."""
+    found = store.list_workloads(project, status, user, readable_projects(current))
+    return [workload_out(r) for r in found]
 
 
 @router.post("/workloads", response_model=WorkloadOut, status_code=201)
 async def submit(body: WorkloadIn, current: User, background: BackgroundDep) -> WorkloadOut:
     # Async, unlike the other handlers: the writer thread commits submissions in
     # batches (corral.server.submissions) and wakes the scheduler.
-    may_manage(current, body.project)
+    may_submit(current, body.project)
     if body.name is not None:
         record = await background.submissions.submit(body.to_spec(body.name, current.name))
     else:
@@ -70,7 +85,7 @@ def submit_batch(
     """Submit several workloads in one transaction: all are stored, or none (the
     first that fails a check is named by its place, `workloads[i]`)."""
     for item in body.workloads:
-        may_manage(current, item.project)
+        may_submit(current, item.project)
     for attempt in range(NAME_ATTEMPTS):
         specs = [
             item.to_spec(item.name or drawn_name(item.project), current.name)
@@ -89,15 +104,15 @@ def submit_batch(
 
 
 @router.get("/workloads/{name}", response_model=WorkloadOut)
-def get_workload(name: str, _: User, store: StoreDep) -> WorkloadOut:
-    return workload_out(store.get_workload(name))
+def get_workload(name: str, current: User, store: StoreDep) -> WorkloadOut:
+    return workload_out(visible_workload(store, current, name))
 
 
 @router.delete("/workloads/{name}", status_code=204)
 def delete_workload(
     name: str, current: User, store: StoreDep, background: BackgroundDep
 ) -> Response:
-    may_manage(current, store.get_workload(name).spec.project)
+    managed_workload(store, current, name)
     background.release(store.delete_workload(name, current.name), f"deleted by {current.name}")
     background.loop.trigger()
     return Response(status_code=204)
@@ -105,7 +120,7 @@ def delete_workload(
 
 @router.post("/workloads/{name}/suspend", response_model=WorkloadOut)
 def suspend(name: str, current: User, store: StoreDep, background: BackgroundDep) -> WorkloadOut:
-    may_manage(current, store.get_workload(name).spec.project)
+    managed_workload(store, current, name)
     background.release(store.suspend(name, current.name), f"suspended by {current.name}")
     background.loop.trigger()
     return workload_out(store.get_workload(name))
@@ -113,32 +128,33 @@ def suspend(name: str, current: User, store: StoreDep, background: BackgroundDep
 
 @router.post("/workloads/{name}/resume", response_model=WorkloadOut)
 def resume(name: str, current: User, store: StoreDep, loop: LoopDep) -> WorkloadOut:
-    may_manage(current, store.get_workload(name).spec.project)
+    managed_workload(store, current, name)
     record = store.resume(name, current.name)
     loop.trigger()
     return workload_out(record)
 
 
 @router.get("/workloads/{name}/events", response_model=list[EventOut])
-def workload_events(name: str, _: User, store: StoreDep) -> list[EventOut]:
-    store.get_workload(name)
+def workload_events(name: str, current: User, store: StoreDep) -> list[EventOut]:
+    visible_workload(store, current, name)
     return [EventOut(**vars_of(event)) for event in store.events(workload=name)]
 
 
 @router.get("/workloads/{name}/logs", response_model=LogOut)
 def logs(
     name: str,
-    _: User,
+    current: User,
     store: StoreDep,
     background: BackgroundDep,
     task: Annotated[int, Query(ge=0, le=4095)] = 0,
     offset: Annotated[int, Query(ge=0)] = 0,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
 ) -> LogOut:
-    store.get_workload(name)
+    visible_workload(store, current, name)
     return read_log(background.data_dir, name, task, offset, tail)
 
 
 @router.get("/workloads/{name}/why", response_model=WhyOut)
-def why(name: str, _: User, store: StoreDep) -> WhyOut:
-    return explain(store, name)
+def why(name: str, current: User, store: StoreDep) -> WhyOut:
+    visible_workload(store, current, name)
+    return explain(store, name, readable_projects(current))

@@ -217,7 +217,7 @@
           .map((device) => {
             const seen = telemetry.get(`${node.name}\u0000${device.index}`);
             const allocated = node.tasks
-              .filter((t) => t.devices.includes(device.index))
+              .filter((t) => t.devices.includes(device.index) && t.workload)
               .map((t) => t.workload);
             const get = (key) => (seen && seen[key] !== undefined ? seen[key] : null);
             return {
@@ -603,7 +603,7 @@
         }
         if (d.why.holders.length) {
           html += "<p>Holding the GPUs it could use: " + d.why.holders
-            .map((h) => `${link(h.workload)} (${esc(h.project)}, ${num(h.gpu)} on ${esc(h.node)})`)
+            .map((h) => `${h.workload ? link(h.workload) : "another project's workload"} (${esc(h.project)}, ${num(h.gpu)} on ${esc(h.node)})`)
             .join(", ") + ".</p>";
         }
         setHtml("why", html);

@@ -30,6 +30,7 @@ WRITE_WORKLOAD = "change a workload"
 SUBMIT = "submit"
 READ = "read (scoped content)"
 ADMIN = "admin only"
+SECRETS = "a project's secrets"
 PUBLIC = "no token"
 
 ROUTES: dict[tuple[str, str], str] = {
@@ -66,6 +67,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/users/{name}/tokens"): ADMIN,
     ("PUT", "/api/v1/users/{name}/projects/{project}"): ADMIN,
     ("DELETE", "/api/v1/users/{name}/projects/{project}"): ADMIN,
+    ("GET", "/api/v1/projects/{project}/secrets"): SECRETS,
+    ("PUT", "/api/v1/projects/{project}/secrets/{name}"): SECRETS,
+    ("DELETE", "/api/v1/projects/{project}/secrets/{name}"): SECRETS,
     ("GET", "/healthz"): PUBLIC,
 }
 # Dashboard routes (outside the OpenAPI document) that show project data.
@@ -369,6 +373,34 @@ def test_admin_routes(world: World, method: str, path: str, role: str) -> None:
             # A member cannot give themself another project or a higher role.
             me = world.clients["member"].get("/whoami").json()
             assert me["projects"] == [{"project": world.own, "role": "member"}]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "role", "target"),
+    [case for case in _cases(SECRETS) if case.values[3] != "peer"],
+)
+def test_secrets(world: World, method: str, path: str, role: str, target: str) -> None:
+    """A project's members (either role) and admins set, list and delete its secrets;
+    viewers and other projects' members get 403, and change nothing."""
+    project = world.other if target == "other" else world.own
+    name = unique("S").replace("-", "_")
+    value = unique("value")
+    made = world.api.admin.put(f"/projects/{project}/secrets/{name}", json={"value": value})
+    assert made.status_code == 204, made.text
+    url = path.removeprefix("/api/v1").replace("{project}", project).replace("{name}", name)
+    body = {"value": unique("new")} if method == "PUT" else None
+    response = world.clients[role].request(method, url, json=body)
+    allowed = role == "admin" or (role in ("member", "project-admin") and target == "own")
+    if allowed:
+        assert response.status_code == (200 if method == "GET" else 204), response.text
+        if method == "GET":
+            assert name in {s["name"] for s in response.json()}
+    else:
+        assert response.status_code == 403, response.text
+        assert name not in response.text
+        listed = world.api.admin.get(f"/projects/{project}/secrets").json()
+        assert name in {s["name"] for s in listed}
+    assert value not in response.text
 
 
 def test_every_dashboard_route_has_a_row() -> None:

@@ -133,6 +133,18 @@ def _parsed(flag: str, parse: Callable[[str], _Value], text: str) -> _Value:
         raise InvalidInput(f"{flag}: {error}") from None
 
 
+def secret_refs(flag: str, items: list[str]) -> dict[str, str]:
+    """`--secret NAME` (the variable NAME gets the secret NAME) or `--secret VAR=NAME`, as
+    the API's `secrets` (variable -> secret name)."""
+    refs = {}
+    for item in items:
+        variable, equals, name = item.partition("=")
+        if equals and not (variable and name):
+            raise InvalidInput(f"{flag}: {item!r} is not NAME or VARIABLE=NAME")
+        refs[variable] = name if equals else variable
+    return refs
+
+
 def parse_pairs(flag: str, items: list[str]) -> list[tuple[str, str]]:
     """KEY=VALUE options, in the order given; the value may itself contain "="."""
     pairs = []

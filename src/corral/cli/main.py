@@ -16,6 +16,7 @@ from corral.cli.nodes import node_app, nodes_command
 from corral.cli.plan import plan_command
 from corral.cli.project import project_app, queues_command
 from corral.cli.report import report_app
+from corral.cli.secrets import secret_app
 from corral.cli.server import server_command
 from corral.cli.simulate import simulate
 from corral.cli.submit import SubmitCommand, apply_command, submit_command
@@ -54,6 +55,7 @@ app.command("plan")(plan_command)
 app.command("server")(server_command)
 app.command("login")(login_command)
 app.add_typer(user_app, name="user")
+app.add_typer(secret_app, name="secret")
 app.add_typer(project_app, name="project")
 app.command("queues")(queues_command)
 app.command("submit", cls=SubmitCommand)(submit_command)

@@ -20,6 +20,7 @@ from corral.cli.common import (
     parse_number,
     parse_pairs,
     reported_errors,
+    secret_refs,
 )
 from corral.cli.config import connect
 from corral.model import PRIORITY_CLASSES, resolve_priority
@@ -127,6 +128,15 @@ def submit_command(
         list[str] | None,
         typer.Option("--env", "-e", metavar="KEY=VALUE", help="An environment variable."),
     ] = None,
+    secret: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--secret",
+            metavar="NAME|VAR=NAME",
+            help="A secret of the project (see `corral secret`) in the variable of its "
+            "name, or in VAR. Its value is decrypted only for the task, never shown.",
+        ),
+    ] = None,
     workdir: Annotated[
         str | None,
         typer.Option("--workdir", metavar="DIR", help="The directory to run in, on the node."),
@@ -200,6 +210,8 @@ def submit_command(
             body["preemptible"] = preemptible
         if env:
             body["env"] = dict(parse_pairs("-e/--env", env))
+        if secret:
+            body["secrets"] = secret_refs("--secret", secret)
         if workdir is not None:
             body["workdir"] = workdir
         if max_runtime is not None:
@@ -230,12 +242,15 @@ def _priority(text: str) -> str | int:
 
 
 def _own_project(client: Client, flag: str) -> str:
-    """The logged-in member's project, for when the user gives none."""
+    """The logged-in member's project, for when the user gives none: their only one."""
     user = client.whoami()
     if user["project"] is None:
         raise InvalidInput(
             f"{flag}: give the project; {user['name']} ({user['role']}) has none of their own"
         )
+    if len(user["projects"]) > 1:
+        names = ", ".join(m["project"] for m in user["projects"])
+        raise InvalidInput(f"{flag}: give the project; {user['name']} belongs to {names}")
     return user["project"]
 
 
@@ -273,7 +288,7 @@ def apply_command(
             default = project
             if default is None and any("project" not in doc for doc in documents):
                 default = _own_project(client, "-p/--project")
-            bodies = [{"project": default, **document} for document in documents]
+            bodies = [{"project": default, **_secrets_listed(doc)} for doc in documents]
             try:
                 if len(bodies) == 1:
                     workloads = [client.submit(bodies[0])]
@@ -283,6 +298,15 @@ def apply_command(
                 raise _by_document(error, file, documents) from error
             for workload in workloads:
                 _submitted(workload)
+
+
+def _secrets_listed(document: dict[str, Any]) -> dict[str, Any]:
+    """A document whose `secrets:` is a list (`[API_KEY, DB_PASS=db-pass]`) with it as
+    the API's mapping; a mapping is kept as it is."""
+    listed = document.get("secrets")
+    if isinstance(listed, list) and all(isinstance(item, str) for item in listed):
+        return {**document, "secrets": secret_refs("secrets", listed)}
+    return document
 
 
 _DOCUMENT = re.compile(r"^workloads\[(\d+)\]\.?")

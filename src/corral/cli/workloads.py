@@ -215,7 +215,8 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
-def _when(stamp: float | None) -> str:
+def format_when(stamp: float | None) -> str:
+    """A time as local "YYYY-MM-DD HH:MM:SS", or "-"."""
     if stamp is None:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
@@ -258,9 +259,9 @@ def _spec(workload: WorkloadOut) -> Table:
         rows.append(("max runtime", _duration(workload["max_runtime"])))
     rows += [
         ("attempts", str(workload["attempts"])),
-        ("created", _when(workload["created_at"])),
-        ("started", _when(workload["started_at"])),
-        ("finished", _when(workload["finished_at"])),
+        ("created", format_when(workload["created_at"])),
+        ("started", format_when(workload["started_at"])),
+        ("finished", format_when(workload["finished_at"])),
     ]
     for key, value in rows:
         grid.add_row(key, value)
@@ -292,5 +293,5 @@ def _events_table(events: list[EventOut]) -> Table:
         detail = event["reason"]
         if event["node"]:
             detail = f"{detail} (node {event['node']})" if detail else f"node {event['node']}"
-        table.add_row(_when(event["time"]), event["kind"], event["cause"], detail)
+        table.add_row(format_when(event["time"]), event["kind"], event["cause"], detail)
     return table

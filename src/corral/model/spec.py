@@ -23,6 +23,8 @@ class WorkloadSpec:
     topology: Topology | None = None
     command: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    # Environment variable -> name of a secret of the project (corral.store.secrets).
+    secrets: Mapping[str, str] = field(default_factory=dict)
     workdir: str | None = None
     max_runtime: float | None = None
     backoff_limit: int = 0

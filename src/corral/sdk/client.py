@@ -27,6 +27,7 @@ from corral.sdk.types import (
     LogOut,
     NodeOut,
     QueueOut,
+    SecretOut,
     TokenOut,
     UsageRowOut,
     UserOut,
@@ -139,6 +140,22 @@ class Client:
     def create_token(self, user: str) -> TokenOut:
         """A new token for an existing user; earlier tokens stay valid."""
         return cast(TokenOut, self._request("POST", f"/users/{_segment(user)}/tokens"))
+
+    # -- project secrets -------------------------------------------------------------------
+
+    def set_secret(self, project: str, name: str, value: str) -> None:
+        """Set (or replace) a secret of the project; the value is never returned."""
+        path = f"/projects/{_segment(project)}/secrets/{_segment(name)}"
+        self._request("PUT", path, {"value": value})
+
+    def list_secrets(self, project: str) -> list[SecretOut]:
+        """The project's secrets: names and times, never values."""
+        path = f"/projects/{_segment(project)}/secrets"
+        return cast(list[SecretOut], self._request("GET", path))
+
+    def delete_secret(self, project: str, name: str) -> None:
+        """Delete a secret of the project."""
+        self._request("DELETE", f"/projects/{_segment(project)}/secrets/{_segment(name)}")
 
     # -- queues (projects and departments) -----------------------------------------------
 

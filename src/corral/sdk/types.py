@@ -183,6 +183,11 @@ class RuleOut(TypedDict):
     max_runtime: float | None
 
 
+class SecretOut(TypedDict):
+    name: str
+    updated_at: float
+
+
 class TaskGroupOut(TypedDict):
     name: str
     replicas: int
@@ -260,6 +265,8 @@ class WorkloadOut(TypedDict):
     topology: TopologyOut | None
     command: list[str]
     env: dict[str, str]
+    # environment variable -> secret name
+    secrets: dict[str, str]
     workdir: str | None
     max_runtime: float | None
     backoff_limit: int

@@ -111,6 +111,14 @@ def _outsider(current: UserRecord, project: str) -> str:
     return f"{current.name} is a member of {', '.join(sorted(current.projects))}, not of {project}"
 
 
+def may_use_secrets(current: UserRecord, project: str) -> None:
+    """Raise Forbidden unless `current` may set, list and delete `project`'s secrets:
+    admins and the project's members (either role in it)."""
+    if current.role == "admin" or project in current.projects:
+        return
+    raise Forbidden(f"{current.name} may not use the secrets of {project}")
+
+
 def may_manage(current: UserRecord, record: WorkloadRecord) -> None:
     """Raise Forbidden unless `current` may stop, delete, suspend or resume the workload:
     admins any, a project's project-admins all of its workloads, its members their own."""

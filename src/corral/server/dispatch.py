@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from corral.cluster import Cluster
@@ -40,9 +40,15 @@ def checkpoint_dir(data_dir: Path, workload: str) -> Path:
     return data_dir / "checkpoints" / workload
 
 
-def launches(work: BoundWork, data_dir: Path, node: str | None = None) -> list[TaskLaunch]:
+def launches(
+    work: BoundWork,
+    data_dir: Path,
+    node: str | None = None,
+    secrets: Mapping[str, str] | None = None,
+) -> list[TaskLaunch]:
     """The launches of a workload's bound tasks (on `node` only, when given), with the
-    environment each task sees: its devices, its place in the gang, its checkpoints."""
+    environment each task sees: its own variables and `secrets` (variable -> value, see
+    Store.secret_env), then its devices, its place in the gang, its checkpoints."""
     spec = work.workload.spec
     ordered = sorted(work.tasks, key=lambda t: t.task)
     nodes_in_order = list(dict.fromkeys(t.node for t in ordered))
@@ -55,6 +61,7 @@ def launches(work: BoundWork, data_dir: Path, node: str | None = None) -> list[T
         local = [t.task for t in ordered if t.node == state.node]
         devices = ",".join(str(device) for device in state.devices)
         env = dict(spec.env)
+        env.update(secrets or {})
         env.update(
             {
                 "CUDA_VISIBLE_DEVICES": devices,
@@ -129,7 +136,13 @@ class Dispatcher:
     def started(self, names: set[str]) -> None:
         if names:
             work = self.store.bound_work(names=names)
-            self.cluster.start([launch for w in work for launch in launches(w, self.data_dir)])
+            self.cluster.start([launch for w in work for launch in self._launches(w)])
+
+    def _launches(self, work: BoundWork, node: str | None = None) -> list[TaskLaunch]:
+        """The launches of a workload's tasks, its secrets decrypted: only here, at the
+        last moment, and never logged."""
+        secrets = self.store.secret_env(work.workload.spec)
+        return launches(work, self.data_dir, node=node, secrets=secrets)
 
     def release(self, releases: list[Release], grace_period: float | None = None) -> None:
         """Stop released tasks, each after its workload's grace period (or the one given,
@@ -188,11 +201,16 @@ class Dispatcher:
             running = self.cluster.running(node)
             if running is None:
                 continue
-            wanted = []
+            keys: set[tuple[str, int]] = set()
+            missing: list[TaskLaunch] = []
             for work in self.store.bound_work(node=node):
-                wanted.extend(launches(work, self.data_dir, node=node))
-            keys = {launch.key for launch in wanted}
-            missing = [launch for launch in wanted if launch.key not in running]
+                wanted = launches(work, self.data_dir, node=node)
+                keys.update(launch.key for launch in wanted)
+                if any(launch.key not in running for launch in wanted):
+                    # Decrypt secrets only for the work that must be started.
+                    missing.extend(
+                        launch for launch in self._launches(work, node) if launch.key not in running
+                    )
             if missing:
                 self.cluster.start(missing)
             extra: dict[str, list[int]] = {}

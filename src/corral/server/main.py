@@ -14,16 +14,21 @@ import uvicorn
 from corral.model import Node, format_memory
 from corral.model.spec import NodeSpec
 from corral.store import Store, database_url
+from corral.store.secrets import load_key
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "corral"
 ADMIN_TOKEN_FILE = "admin-token"
 
 
-def open_store(data_dir: Path, db_url: str | None) -> tuple[Store, str | None]:
-    """Open (and migrate) the store. On the very first start, create the admin token and
+def open_store(
+    data_dir: Path, db_url: str | None, secret_key_file: Path | None = None
+) -> tuple[Store, str | None]:
+    """Open (and migrate) the store, with the key of project secrets (see
+    corral.store.secrets.load_key). On the very first start, create the admin token and
     write it to DATA_DIR/admin-token, readable by the owner only; return it then."""
     data_dir.mkdir(parents=True, exist_ok=True)
     store = Store(database_url(data_dir, db_url))
+    store.use_secret_key(load_key(data_dir, secret_key_file))
     token = store.ensure_admin()
     if token is not None:
         path = data_dir / ADMIN_TOKEN_FILE
@@ -34,12 +39,14 @@ def open_store(data_dir: Path, db_url: str | None) -> tuple[Store, str | None]:
     return store, token
 
 
-def serve(data_dir: Path, db_url: str | None, host: str, port: int) -> None:
+def serve(
+    data_dir: Path, db_url: str | None, host: str, port: int, secret_key_file: Path | None = None
+) -> None:
     """Run the server until interrupted."""
     from corral.server.app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    store, token = open_store(data_dir, db_url)
+    store, token = open_store(data_dir, db_url, secret_key_file)
     print(f"corral server on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"store: {store.url.split('@')[-1]}", flush=True)
     if token is not None:

@@ -71,6 +71,7 @@ def workload_out(record: WorkloadRecord) -> WorkloadOut:
         ),
         command=list(spec.command),
         env=dict(spec.env),
+        secrets=dict(spec.secrets),
         workdir=spec.workdir,
         max_runtime=spec.max_runtime,
         backoff_limit=spec.backoff_limit,

@@ -29,6 +29,9 @@ from corral.store.records import UserRecord
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=63)]
+ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# A secret is named as the environment variable it becomes by default.
+SecretName = Annotated[str, Field(pattern=ENV_PATTERN, min_length=1, max_length=63)]
 LabelKey = Annotated[
     str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$", max_length=63)
 ]
@@ -273,8 +276,14 @@ class WorkloadIn(Body):
     command: list[Annotated[str, Field(max_length=65536)]] = Field(
         default_factory=list, max_length=4096
     )
-    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)], str] = (
-        Field(default_factory=dict, max_length=1024)
+    env: dict[Annotated[str, Field(pattern=ENV_PATTERN, max_length=256)], str] = Field(
+        default_factory=dict, max_length=1024
+    )
+    secrets: dict[Annotated[str, Field(pattern=ENV_PATTERN, max_length=256)], SecretName] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="environment variable -> name of a secret of the project; the task "
+        "gets its value, which no answer, event or log shows",
     )
     workdir: str | None = Field(None, max_length=4096)
     max_runtime: float | str | None = None
@@ -324,6 +333,9 @@ class WorkloadIn(Body):
         names = [group.name for group in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError("task group names must differ")
+        both = sorted(set(self.env) & set(self.secrets))
+        if both:
+            raise ValueError(f"{', '.join(both)}: in both env and secrets")
         return self
 
     def to_spec(self, name: str, user: str) -> WorkloadSpec:
@@ -345,6 +357,7 @@ class WorkloadIn(Body):
             topology=Topology(self.topology.key, self.topology.required) if self.topology else None,
             command=tuple(self.command),
             env=dict(self.env),
+            secrets=dict(self.secrets),
             workdir=self.workdir,
             max_runtime=duration_seconds(self.max_runtime)
             if self.max_runtime is not None
@@ -398,6 +411,7 @@ class WorkloadOut(BaseModel):
     topology: TopologyOut | None
     command: list[str]
     env: dict[str, str]
+    secrets: dict[str, str] = Field(description="environment variable -> secret name")
     workdir: str | None
     max_runtime: float | None
     backoff_limit: int
@@ -560,6 +574,19 @@ class ClusterOut(BaseModel):
     queues: int
     last_cycle_at: float | None
     last_cycle_seconds: float | None
+
+
+class SecretIn(Body):
+    value: str = Field(
+        max_length=65536,
+        pattern=r"^[^\x00]*$",
+        description="stored encrypted; never shown again",
+    )
+
+
+class SecretOut(BaseModel):
+    name: str
+    updated_at: float
 
 
 class UserIn(Body):

@@ -24,6 +24,7 @@ from corral.store import (
     nodes,
     queues,
     scheduling,
+    secrets,
     summaries,
     tasks,
     usage,
@@ -60,6 +61,8 @@ class Store(Database):
         # Submissions waiting for a transaction (group commit, see `submit`).
         self._queue_lock = threading.Lock()
         self._queued: list[Submission] = []
+        # Seals and opens project secrets; set by the server (see use_secret_key).
+        self._box: secrets.SecretBox | None = None
 
     @contextmanager
     def _accounts(self) -> Iterator[Session]:
@@ -359,6 +362,47 @@ class Store(Database):
             return None
         self._tokens[key] = (found, time.monotonic())
         return found
+
+    # -- project secrets -----------------------------------------------------------------
+
+    def use_secret_key(self, key: bytes) -> None:
+        """Seal and open secrets with `key` (see corral.store.secrets.load_key)."""
+        self._box = secrets.SecretBox(key)
+
+    def _secret_box(self) -> secrets.SecretBox:
+        if self._box is None:
+            raise RuntimeError("no secret key: call use_secret_key first")
+        return self._box
+
+    def set_secret(self, project: str, name: str, value: str) -> None:
+        """Store (or replace) a project's secret; only its sealed value is written."""
+        sealed = self._secret_box().seal(value)
+        with self.write() as session:
+            secrets.set_secret(session, project, name, sealed)
+
+    def list_secrets(self, project: str) -> list[tuple[str, float]]:
+        """The names of a project's secrets, and when each was last set."""
+        with self.read() as session:
+            return secrets.list_secrets(session, project)
+
+    def delete_secret(self, project: str, name: str) -> None:
+        """Delete a project's secret."""
+        with self.write() as session:
+            secrets.delete_secret(session, project, name)
+
+    def secret_env(self, spec: WorkloadSpec) -> dict[str, str]:
+        """The environment variables a workload's `secrets` name, with their values, for
+        a launch only; a secret deleted since the submission is left out."""
+        if not spec.secrets:
+            return {}
+        with self.read() as session:
+            sealed = secrets.sealed_secrets(session, spec.project, set(spec.secrets.values()))
+        box = self._secret_box()
+        return {
+            variable: box.open(sealed[name])
+            for variable, name in spec.secrets.items()
+            if name in sealed
+        }
 
     # -- summaries and checks ------------------------------------------------------------
 

@@ -113,6 +113,8 @@ class WorkloadRow(Base):
     topology_required: Mapped[bool] = mapped_column(Boolean, default=True)
     command: Mapped[list[Any]] = mapped_column(JSON, default=list)
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Environment variable -> secret name; NULL for workloads from before 0003.
+    secrets: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=dict)
     workdir: Mapped[str | None] = mapped_column(Text)
     max_runtime: Mapped[float | None] = mapped_column(Float)
     backoff_limit: Mapped[int] = mapped_column(Integer, default=0)

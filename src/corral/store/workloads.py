@@ -14,7 +14,7 @@ from corral.store.convert import workload_record, workload_values
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
 from corral.store.records import ACTIVE, WorkloadRecord
-from corral.store.schema import PlacementRow, QueueRow, TaskGroupRow, WorkloadRow
+from corral.store.schema import PlacementRow, QueueRow, SecretRow, TaskGroupRow, WorkloadRow
 
 # The tables, for statements that write many rows at once without the ORM.
 WORKLOADS = cast(Table, WorkloadRow.__table__)
@@ -114,11 +114,13 @@ def _check_submissions(
             select(WorkloadRow.name).where(WorkloadRow.name.in_({i.spec.name for i in batch}))
         )
     )
+    held = _secrets_held(session, batch)
     taken: set[str] = set()
     accepted = []
     for index, item in enumerate(batch):
         spec = item.spec
         queue = queues.get(spec.project)
+        missing = sorted({n for n in spec.secrets.values() if (spec.project, n) not in held})
         if spec.name in existing:
             item.error = Conflict(f"workload {spec.name!r} already exists")
         elif spec.name in taken:
@@ -128,6 +130,10 @@ def _check_submissions(
         elif queue in departments:
             item.error = Invalid(
                 "project", f"{spec.project!r} is a department; submit to a project"
+            )
+        elif missing:
+            item.error = Invalid(
+                "secrets", f"{spec.project} has no secret {', '.join(map(repr, missing))}"
             )
         else:
             taken.add(spec.name)
@@ -139,6 +145,21 @@ def _check_submissions(
                 raise Invalid(error.field, error.message, at=("workloads", index))
             raise error
     return accepted
+
+
+def _secrets_held(session: Session, batch: list[Submission]) -> set[tuple[str, str]]:
+    """(project, secret name) of the secrets the batch refers to that exist."""
+    wanted = {(i.spec.project, name) for i in batch for name in i.spec.secrets.values()}
+    if not wanted:
+        return set()
+    rows = session.execute(
+        select(QueueRow.name, SecretRow.name)
+        .join(QueueRow, SecretRow.queue_id == QueueRow.id)
+        .where(
+            QueueRow.name.in_({p for p, _ in wanted}), SecretRow.name.in_({n for _, n in wanted})
+        )
+    ).all()
+    return {(project, name) for project, name in rows}
 
 
 def get_workload(session: Session, name: str) -> WorkloadRecord:

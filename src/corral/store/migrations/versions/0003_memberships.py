@@ -1,4 +1,5 @@
-"""Memberships (a member in several projects, with a role in each) and project secrets.
+"""Memberships (a member in several projects, with a role in each) and project secrets
+(encrypted values; a workload's `secrets` names those its tasks get).
 
 Every user with a project (`users.project_id` of 0001) becomes a `member` of it. The
 column itself stays, unused: dropping a column on SQLite rebuilds the table, and dropping
@@ -47,8 +48,12 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("queue_id", "name"),
     )
+    # Adding a nullable column does not rebuild the table on SQLite.
+    op.add_column("workloads", sa.Column("secrets", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("workloads") as batch_op:
+        batch_op.drop_column("secrets")
     op.drop_table("secrets")
     op.drop_table("memberships")

@@ -256,3 +256,35 @@ def test_suspend_resume_and_delete(admin: Cli, api: httpx.Client) -> None:
     assert admin.ok("delete", "sr-job") == "Deleted sr-job.\n"
     assert api.get("/workloads/sr-job").status_code == 404
     assert admin.fails("delete", "sr-job", code=1) == "workload 'sr-job' not found"
+
+
+@sqlite_only
+def test_secrets_from_the_cli(admin: Cli, api: httpx.Client, tmp_path: Path) -> None:
+    """`corral secret set` reads stdin or a file, `list` shows names only, and submit's
+    `--secret NAME` / `--secret VAR=NAME` and YAML's `secrets:` list name them."""
+    make(api, "/queues", {"name": "sk"})
+    admin.ok("secret", "set", "API_KEY", "-p", "sk", stdin="from-stdin-value\n")
+    key_file = tmp_path / "hf"
+    key_file.write_text("from-file-value\n")
+    admin.ok("secret", "set", "HF", "-p", "sk", "--from-file", str(key_file))
+    listed = admin.ok("secret", "list", "-p", "sk")
+    assert "API_KEY" in listed and "HF" in listed and "value" not in listed
+    assert admin.fails("secret", "set", "EMPTY", "-p", "sk", stdin="", code=2) == (
+        "the secret is empty"
+    )
+    args = ["--secret", "API_KEY", "--secret", "HF_TOKEN=HF", "--", "true"]
+    admin.ok("submit", "sk-cli", "-p", "sk", "-g", "0", *args)
+    assert api.get("/workloads/sk-cli").json()["secrets"] == {
+        "API_KEY": "API_KEY",
+        "HF_TOKEN": "HF",
+    }
+    assert admin.fails("submit", "-p", "sk", "--secret", "A=", "--", "true", code=2) == (
+        "--secret: 'A=' is not NAME or VARIABLE=NAME"
+    )
+    stdin = "{name: sk-yaml, project: sk, tasks: [{gpu: 0}], secrets: [API_KEY, TOKEN=HF]}"
+    assert admin.ok("apply", "-f", "-", stdin=stdin) == "Submitted sk-yaml to sk (pending).\n"
+    assert api.get("/workloads/sk-yaml").json()["secrets"] == {"API_KEY": "API_KEY", "TOKEN": "HF"}
+    described = admin.ok("describe", "sk-yaml") + admin.ok("describe", "sk-cli")
+    assert "from-stdin-value" not in described and "from-file-value" not in described
+    admin.ok("secret", "delete", "HF", "-p", "sk")
+    assert [s["name"] for s in api.get("/projects/sk/secrets").json()] == ["API_KEY"]

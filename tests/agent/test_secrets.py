@@ -139,44 +139,34 @@ def test_a_secret_reaches_its_task_and_nothing_else(corral_up: Any) -> None:
         client.close()
 
 
+KEY_OF = (
+    "import sys; from pathlib import Path; from corral.store.secrets import load_key; "
+    "print(load_key(Path(sys.argv[1])).decode())"
+)
+
+
+def _load_key(directory: Path, **variables: str) -> subprocess.CompletedProcess[str]:
+    """`load_key(directory)` in a fresh process, with only the key variables given."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_SECRET")}
+    return subprocess.run(
+        [sys.executable, "-c", KEY_OF, str(directory)],
+        capture_output=True,
+        text=True,
+        env={**environment, **variables},
+    )
+
+
 def test_the_key_file_is_made_private_and_kept(tmp_path: Path) -> None:
     """DATA_DIR/secret-key is written 0600 on the first start and read on the next; a
     named key file must exist (a new key would make every stored secret unreadable)."""
-    script = (
-        "import sys; from pathlib import Path; from corral.store.secrets import load_key; "
-        "print(load_key(Path(sys.argv[1])).decode())"
-    )
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_SECRET")}
-    first = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=environment,
-        check=True,
-    ).stdout
-    again = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=environment,
-        check=True,
-    ).stdout
+    first, again = _load_key(tmp_path).stdout, _load_key(tmp_path).stdout
     assert first == again and first.strip()
     assert stat.S_IMODE((tmp_path / "secret-key").stat().st_mode) == 0o600
     shared = tmp_path / "shared.key"
     shared.write_text(first)
-    named = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "elsewhere")],
-        capture_output=True,
-        text=True,
-        env={**environment, "CORRAL_SECRET_KEY_FILE": str(shared)},
-        check=True,
-    ).stdout
-    assert named == first
-    absent = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env={**environment, "CORRAL_SECRET_KEY_FILE": str(tmp_path / "none")},
-    )
-    assert absent.returncode != 0
+    named = _load_key(tmp_path / "elsewhere", CORRAL_SECRET_KEY_FILE=str(shared))
+    assert named.stdout == first
+    given = _load_key(tmp_path / "elsewhere", CORRAL_SECRET_KEY=first.strip())
+    assert given.stdout == first
+    absent = _load_key(tmp_path, CORRAL_SECRET_KEY_FILE=str(tmp_path / "none"))
+    assert absent.returncode != 0 and "FileNotFoundError" in absent.stderr

@@ -578,6 +578,7 @@ class ClusterOut(BaseModel):
 
 class SecretIn(Body):
     value: str = Field(
+        min_length=1,
         max_length=65536,
         pattern=r"^[^\x00]*$",
         description="stored encrypted; never shown again",

@@ -34,16 +34,15 @@ def ensure_admin(session: Session) -> str | None:
     return _new_token(session, user)
 
 
-def check_user(role: str, project: str | None, project_role: str = "member") -> None:
+def check_user(role: str, project: str | None) -> None:
     """A role is one of ROLES; members, and only members, belong to projects (a first
-    one given at creation), with a role of PROJECT_ROLES in each."""
+    one given at creation)."""
     if role not in ROLES:
         raise Invalid("role", f"{role!r} is not one of {', '.join(ROLES)}")
     if role == "member" and project is None:
         raise Invalid("project", "a member needs a project")
     if role != "member" and project is not None:
         raise Invalid("project", f"only members belong to a project, not a {role}")
-    check_project_role(project_role)
 
 
 def check_project_role(role: str) -> None:
@@ -53,16 +52,16 @@ def check_project_role(role: str) -> None:
 
 
 def create_user(
-    session: Session, name: str, role: str, project: str | None, project_role: str = "member"
+    session: Session, name: str, role: str, project: str | None
 ) -> tuple[UserRecord, str]:
-    """Create a user with a first token (and a member with its first membership);
-    returns the user and the token."""
+    """Create a user with a first token (a member with a first membership, as a
+    `member`); returns the user and the token."""
     if session.scalar(select(UserRow.id).where(UserRow.name == name)):
         raise Conflict(f"user {name!r} already exists")
     user = UserRow(name=name, role=role, created_at=time.time())
     if project is not None:
         queue = queue_row(session, project, field="project")
-        user.memberships.append(MembershipRow(queue_id=queue.id, role=project_role))
+        user.memberships.append(MembershipRow(queue_id=queue.id, role="member"))
     session.add(user)
     session.flush()
     token = _new_token(session, user)

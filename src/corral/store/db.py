@@ -313,14 +313,12 @@ class Store(Database):
         with self._accounts() as session:
             return accounts.ensure_admin(session)
 
-    def create_user(
-        self, name: str, role: str, project: str | None, project_role: str = "member"
-    ) -> tuple[UserRecord, str]:
-        """Create a user with a first token (a member with `project_role` in `project`);
-        returns the user and the token."""
-        accounts.check_user(role, project, project_role)
+    def create_user(self, name: str, role: str, project: str | None) -> tuple[UserRecord, str]:
+        """Create a user with a first token (a member with `project` as a first
+        membership); returns the user and the token."""
+        accounts.check_user(role, project)
         with self._accounts() as session:
-            return accounts.create_user(session, name, role, project, project_role)
+            return accounts.create_user(session, name, role, project)
 
     def set_membership(self, name: str, project: str, role: str) -> UserRecord:
         """Make member `name` belong to `project` with `role`, or change its role there."""

@@ -753,22 +753,28 @@ def test_error_bodies_carry_no_traceback(api: Api) -> None:
 
 def test_whoami_and_users(api: Api) -> None:
     project = api.queue()
-    assert api.admin.get("/whoami").json() == {"name": "admin", "role": "admin", "project": None}
+    assert api.admin.get("/whoami").json() == {
+        "name": "admin",
+        "role": "admin",
+        "project": None,
+        "projects": [],
+    }
     name = unique("someone")
     response = api.admin.post(
         "/users", json={"name": name, "role": "member", "project": project["name"]}
     )
     assert response.status_code == 201, response.text
     token = response.json()["token"]
+    # `project` as before memberships, and the membership it made.
+    user = {
+        "name": name,
+        "role": "member",
+        "project": project["name"],
+        "projects": [{"project": project["name"], "role": "member"}],
+    }
     with api.client(token) as client:
-        assert client.get("/whoami").json() == {
-            "name": name,
-            "role": "member",
-            "project": project["name"],
-        }
-    assert {"name": name, "role": "member", "project": project["name"]} in api.admin.get(
-        "/users"
-    ).json()
+        assert client.get("/whoami").json() == user
+    assert user in api.admin.get("/users").json()
     again = api.admin.post("/users", json={"name": name, "role": "viewer"})
     assert again.status_code == 409, again.text
     no_project = api.admin.post("/users", json={"name": unique("p"), "role": "member"})

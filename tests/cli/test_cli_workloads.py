@@ -286,5 +286,6 @@ def test_secrets_from_the_cli(admin: Cli, api: httpx.Client, tmp_path: Path) -> 
     assert api.get("/workloads/sk-yaml").json()["secrets"] == {"API_KEY": "API_KEY", "TOKEN": "HF"}
     described = admin.ok("describe", "sk-yaml") + admin.ok("describe", "sk-cli")
     assert "from-stdin-value" not in described and "from-file-value" not in described
+    assert "TOKEN <- secret HF" in described
     admin.ok("secret", "delete", "HF", "-p", "sk")
     assert [s["name"] for s in api.get("/projects/sk/secrets").json()] == ["API_KEY"]

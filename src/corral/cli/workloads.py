@@ -249,6 +249,10 @@ def _spec(workload: WorkloadOut) -> Table:
         rows.append(("workdir", workload["workdir"]))
     if workload["env"]:
         rows.append(("env", Group(*(f"{k}={v}" for k, v in workload["env"].items()))))
+    if workload["secrets"]:
+        # Names only: the values never leave the server but into the task.
+        refs = (f"{k} <- secret {v}" for k, v in workload["secrets"].items())
+        rows.append(("secrets", Group(*refs)))
     if workload["node_selector"]:
         selector = (f"{k} in {', '.join(v)}" for k, v in workload["node_selector"].items())
         rows.append(("node selector", "; ".join(selector)))

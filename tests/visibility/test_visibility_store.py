@@ -281,6 +281,9 @@ def test_upgrading_gives_running_work_an_open_interval(store: Store) -> None:
         for table in ("allocations", "telemetry_state", "telemetry_hour", "telemetry_minute"):
             connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         connection.execute(sa.text("DROP TABLE IF EXISTS telemetry_raw"))
+        # Tables of later migrations (0003_memberships) go too, to upgrade from 0001.
+        for table in ("memberships", "secrets"):
+            connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         for table in ("tokens", "users", "placements", "task_groups", "workloads", "devices"):
             connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         connection.execute(sa.text("DROP TABLE IF EXISTS nodes"))

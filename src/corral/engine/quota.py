@@ -55,6 +55,12 @@ def deserved_block(ws: WorkloadState, request: Request) -> str | None:
     return None
 
 
+def could_stay_within_limit(gpus: float, limit_room: float, slack: float = EPSILON) -> bool:
+    """A cheap necessary condition on GPUs alone (for the simulator): `gpus` more GPUs
+    fit under the queues' limits, which leave `limit_room` GPUs (the least under any)."""
+    return gpus <= limit_room + slack
+
+
 def could_stay_within_deserved(
     gpus: float, preemptible: bool, deserved_room: float, slack: float = EPSILON
 ) -> bool:

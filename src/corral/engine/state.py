@@ -10,6 +10,9 @@ simulate, then commit or roll back. A state may be kept from one cycle to the ne
 Free capacity is indexed so that placement does not scan every node for every task:
 nodes are bucketed by their number of wholly free devices, and partly used devices
 sit in one list sorted by their free fraction.
+
+A workload's state and the candidates the actions try to place (`WorkloadState`,
+`Candidate`) refer to each other, so both live here, below the fairness order.
 """
 
 from __future__ import annotations

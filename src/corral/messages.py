@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from corral.model import DEFAULT_GRACE_PERIOD
 from corral.model.telemetry import Sample
 
 
@@ -31,7 +32,7 @@ class TaskLaunch:
     workdir: str | None = None
     max_runtime: float | None = None
     # Seconds from SIGTERM to SIGKILL when the agent itself stops the task (max runtime).
-    grace: float = 30.0
+    grace: float = DEFAULT_GRACE_PERIOD
     # Set when the task already runs (after a restart): adopt it instead of starting it.
     pid: int | None = None
     proc_start: int | None = None

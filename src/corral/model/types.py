@@ -18,6 +18,10 @@ PRIORITY_CLASSES: Mapping[str, int] = {
     "interactive": 100,
     "inference": 125,
 }
+# A workload that names no priority is training work.
+DEFAULT_PRIORITY = PRIORITY_CLASSES["train"]
+# Seconds from SIGTERM to SIGKILL when a task is stopped, unless its workload says otherwise.
+DEFAULT_GRACE_PERIOD = 30.0
 
 # The workload classes that queue rules name, by their own names, and the other names
 # they go by.
@@ -151,7 +155,7 @@ class Workload:
     name: str
     queue: str
     task_groups: tuple[TaskGroup, ...]
-    priority: int = 50
+    priority: int = DEFAULT_PRIORITY
     preemptible: bool = True
     min_available: int | None = None
     node_selector: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.model import (
+    DEFAULT_GRACE_PERIOD,
     Node,
     Placement,
     Queue,
@@ -279,7 +280,8 @@ class WorkloadIn(Body):
     max_runtime: float | str | None = None
     backoff_limit: int = Field(0, ge=0, le=100)
     grace_period: float | str = Field(
-        30.0, description="seconds from SIGTERM to SIGKILL when stopped or preempted"
+        DEFAULT_GRACE_PERIOD,
+        description="seconds from SIGTERM to SIGKILL when stopped or preempted",
     )
 
     @field_validator("priority")

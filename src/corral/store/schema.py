@@ -23,6 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from corral.model import DEFAULT_GRACE_PERIOD
+
 NAME = 63  # DNS-label length, as Kubernetes uses for object names
 
 
@@ -116,7 +118,7 @@ class WorkloadRow(Base):
     max_runtime: Mapped[float | None] = mapped_column(Float)
     backoff_limit: Mapped[int] = mapped_column(Integer, default=0)
     # Seconds between SIGTERM and SIGKILL when the workload is stopped or preempted.
-    grace_period: Mapped[float] = mapped_column(Float, default=30.0)
+    grace_period: Mapped[float] = mapped_column(Float, default=DEFAULT_GRACE_PERIOD)
     # pending | running | succeeded | failed | suspended
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)

@@ -16,19 +16,17 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+import corral.store.accounts as accounts
+import corral.store.events as events
+import corral.store.nodes as nodes
+import corral.store.queues as queues
+import corral.store.scheduling as scheduling
+import corral.store.summaries as summaries
+import corral.store.tasks as tasks
+import corral.store.usage as usage
+import corral.store.workloads as workloads
 from corral.model import Decisions, Queue, Snapshot, Workload
 from corral.model.spec import NodeSpec, WorkloadSpec
-from corral.store import (
-    accounts,
-    events,
-    nodes,
-    queues,
-    scheduling,
-    summaries,
-    tasks,
-    usage,
-    workloads,
-)
 from corral.store.convert import node_record, queue_record
 from corral.store.database import Database
 from corral.store.records import (

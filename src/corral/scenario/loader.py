@@ -46,6 +46,7 @@ from corral.scenario.types import (
     RunningExpectation,
     Scenario,
 )
+from corral.scenario.yamlio import BoundedLoader, YamlLimitError, read_text
 
 _TOP_FIELDS = ("name", "description", "scheduler", "run", "nodes", "queues", "workloads", "expect")
 _SCHEDULER_FIELDS = ("placement", "gpu_placement", "actions")
@@ -94,7 +95,9 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and check the scenario file at `path`. Raises ScenarioError."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path)
+    except YamlLimitError as error:
+        raise ScenarioError(source, "", f"invalid YAML: {error.problem}") from None
     except UnicodeDecodeError:
         raise ScenarioError(source, "", "the file is not UTF-8 text") from None
     except OSError as error:
@@ -111,9 +114,9 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(source, error.path, error.problem) from error
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A SafeLoader that rejects a key given twice in one mapping instead of keeping the
-    last one silently."""
+class _StrictLoader(BoundedLoader):
+    """A BoundedLoader that rejects a key given twice in one mapping instead of keeping
+    the last one silently."""
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.Node) -> dict[Any, Any]:

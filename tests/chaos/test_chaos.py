@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 import invariants as inv
-from livecorral import CorralUp, running, wait_until
+from livecorral import CorralUp, processes_of, wait_until
 
 from corral.store import Store, database_url
 
@@ -126,31 +126,20 @@ class Clients:
                 self.stopping.wait(rng.uniform(0.05, 0.3))
 
 
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
-
-
 def task_processes(data_dir: Path) -> list[inv.TaskProcess]:
     """The live task commands (not their launchers) of this data directory, from /proc."""
     root = str(data_dir).rstrip("/") + "/"
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        raw = _read(f"/proc/{pid}/environ").decode(errors="replace")
-        env = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
-        if not env.get("CORRAL_CHECKPOINT_DIR", "").startswith(root):
-            continue
-        if b"corral.agent.launch" in _read(f"/proc/{pid}/cmdline") or not running(pid):
-            continue
+    for pid in processes_of(data_dir):
         try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
             group = os.getpgid(pid)
-        except ProcessLookupError:
+        except OSError:
+            continue  # it ended meanwhile
+        env = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+        launcher = b"corral.agent.launch" in command
+        if launcher or not env.get("CORRAL_CHECKPOINT_DIR", "").startswith(root):
             continue
         devices = tuple(int(d) for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d)
         share = float(env.get("CORRAL_GPU_FRACTION", "1"))

@@ -3,9 +3,10 @@ kills it with SIGKILL at random, seeded moments, and starts it again each time.
 
 Two clients submit gangs, fractions, elastic and interactive work (and inference that
 preempts training) to two projects that borrow from each other on four virtual GPUs; every
-task is a short `sleep`. After each kill, while the server is down, the store is checked;
-after each restart, the API and the task processes in /proc. At the end the clients stop,
-everything must finish, and nothing may be left running. The invariants (invariants.py):
+task is a `sleep` of 1 to 4 s, long enough that many outlive a restart and are adopted.
+After each kill, while the server is down, the store is checked; after each restart, the
+API and the task processes in /proc. At the end the clients stop, everything must
+finish, and nothing may be left running. The invariants (invariants.py):
 
 - no acknowledged submission lost or duplicated, nothing stored that was never sent;
 - the store's own integrity check is clean (no device over-committed in it, no running
@@ -15,11 +16,12 @@ everything must finish, and nothing may be left running. The invariants (invaria
 - no device over-committed, by the API's placements nor by the live task processes;
 - every live task process runs a task the server binds, on its devices, and is the very
   process the server recorded; no task runs in two process groups;
-- the scheduler's kept snapshots never differed from the store (CORRAL_VERIFY_SNAPSHOTS).
+- the scheduler's kept snapshot and state never differed from the store's
+  (CORRAL_VERIFY_SNAPSHOTS).
 
 CORRAL_CHAOS_ITERATIONS (default 20) sets the number of kills, CORRAL_CHAOS_SEED the seed.
-Loopback only; the driver kills only the `corral up` it started and, at the end, the task
-processes under its own data directory.
+Loopback only; the driver kills only the `corral up` it started (in its own process
+group) and, at the end, the task processes it left.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from __future__ import annotations
 import os
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +40,7 @@ from typing import Any
 
 import httpx
 import invariants as inv
-from livecorral import CorralUp, processes_of, wait_until
+from livecorral import CorralUp, running, wait_until
 
 from corral.store import Store, database_url
 
@@ -46,7 +50,10 @@ GPUS = 4
 PROJECTS = {"alpha": 2.0, "beta": 2.0}
 SUBMITTERS = 2
 BACKLOG = 6  # pending workloads above which the clients wait: the end must drain quickly
-TAG = "CHAOS_TAG"
+TAG = "CHAOS_TAG"  # the submitter's sequence tag, in the workload's environment
+# Every task of this run has RUN=<its data directory> in its environment: that, not where
+# corral puts a task's files, is how /proc tells its processes from everyone else's.
+RUN = "CHAOS_RUN"
 # A known bug, reported in docs/reliability.md and left out of the checks so that CI stays
 # green until it is fixed: when a preempted workload is bound again before the agent
 # reports that its old task ended, the store charges that end (SIGTERM, "preempted: ...")
@@ -92,8 +99,8 @@ class Clients:
         kind = rng.choices(names, weights=[KINDS[name][0] for name in names])[0]
         return {
             "project": rng.choice(sorted(PROJECTS)),
-            "command": ["sleep", f"{rng.uniform(0.3, 2.0):.2f}"],
-            "env": {TAG: tag},
+            "command": ["/bin/sleep", f"{rng.uniform(1.0, 4.0):.2f}"],
+            "env": {TAG: tag, RUN: str(self.up.data_dir)},
             **KINDS[kind][1],
         }
 
@@ -127,20 +134,25 @@ class Clients:
 
 
 def task_processes(data_dir: Path) -> list[inv.TaskProcess]:
-    """The live task commands (not their launchers) of this data directory, from /proc."""
-    root = str(data_dir).rstrip("/") + "/"
+    """The live task commands (not their launchers) of this run, from /proc."""
+    marker = f"{RUN}={data_dir}".encode()
     found = []
-    for pid in processes_of(data_dir):
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or not running(int(entry)):
+            continue
+        pid = int(entry)
         try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+            if marker not in raw.split(b"\0"):
+                continue
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
-            raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
             group = os.getpgid(pid)
         except OSError:
-            continue  # it ended meanwhile
-        env = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
-        launcher = b"corral.agent.launch" in command
-        if launcher or not env.get("CORRAL_CHECKPOINT_DIR", "").startswith(root):
+            continue  # it ended meanwhile, or it is not ours to read
+        if b"corral.agent.launch" in command:
             continue
+        items = raw.decode(errors="replace").split("\0")
+        env = dict(item.split("=", 1) for item in items if "=" in item)
         devices = tuple(int(d) for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d)
         share = float(env.get("CORRAL_GPU_FRACTION", "1"))
         found.append(
@@ -280,7 +292,12 @@ def test_chaos_kill_9_at_random_moments(tmp_path: Path) -> None:
             f"{p.workload}/{p.task} still runs after the end" for p in task_processes(up.data_dir)
         ]
         tally.count("kept-snapshots", 1)
-        violations += [line for line in up.log.read_text().splitlines() if "kept snapshot" in line]
+        # As LiveServer.stop in tests/conftest.py reads the scheduler's own verification.
+        violations += [
+            line
+            for line in up.log.read_text().splitlines()
+            if "kept snapshot" in line or "kept state" in line
+        ]
         violations += [f"refused: {refusal}" for refusal in clients.refused]
     finally:
         clients.stop()
@@ -295,3 +312,35 @@ def test_chaos_kill_9_at_random_moments(tmp_path: Path) -> None:
     assert not violations, "\n".join(violations[:50])
     assert left_behind == [], f"task processes left behind: {left_behind}"
     assert len(clients.acknowledged) >= ITERATIONS, "too little work to mean anything"
+
+
+def test_an_orphan_task_process_is_found_and_reported(tmp_path: Path) -> None:
+    """The /proc side of the checks: a task process that nobody bound (planted here, as
+    a kill between a spawn and its record would leave one) is found by its marker and
+    reported, and a launcher beside it is not taken for a task."""
+    env = {
+        **os.environ,
+        RUN: str(tmp_path),
+        "CORRAL_WORKLOAD": "orphan",
+        "CORRAL_TASK_INDEX": "0",
+        "CUDA_VISIBLE_DEVICES": "1",
+        "CORRAL_GPU_FRACTION": "0.5",
+    }
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "corral.agent.launch"],
+        env=env,
+        start_new_session=True,
+    )
+    orphan = subprocess.Popen(["/bin/sleep", "30"], env=env, start_new_session=True)
+    try:
+        found = wait_until(lambda: task_processes(tmp_path), 10, "the planted process")
+        assert found == [inv.TaskProcess(orphan.pid, orphan.pid, "orphan", 0, (1,), 0.5)]
+        tally = inv.Tally()
+        assert inv.processes(found, {}, tally) == [
+            f"orphan/0 (pid {orphan.pid}) runs but is not bound"
+        ]
+    finally:
+        for process in (launcher, orphan):
+            process.kill()
+            process.wait()
+    assert task_processes(tmp_path) == []

@@ -117,8 +117,9 @@ def overcommit(uses: Iterable[tuple[str, int, float]], what: str, tally: Tally) 
 def processes(
     found: Sequence[TaskProcess], bound: Mapping[tuple[str, int], Binding], tally: Tally
 ) -> list[str]:
-    """Every task process runs a task the server binds, on the devices it was given, is
-    the very process the server recorded, and no task runs in two process groups."""
+    """Every task process runs a task the server binds, on the devices (and the share of
+    each) it was given, is the very process the server recorded, and no task runs in two
+    process groups."""
     tally.count("processes-known", len(found))
     problems = []
     groups: dict[tuple[str, int], set[int]] = defaultdict(set)
@@ -130,8 +131,11 @@ def processes(
         if binding is None:
             problems.append(f"{label} runs but is not bound")
             continue
-        if binding.devices != process.devices:
-            problems.append(f"{label} runs on {process.devices}, bound to {binding.devices}")
+        if binding.devices != process.devices or abs(binding.share - process.share) > EPSILON:
+            problems.append(
+                f"{label} runs on {process.devices} x {process.share:g}, "
+                f"bound to {binding.devices} x {binding.share:g}"
+            )
         if binding.launcher is not None and binding.launcher != process.group:
             problems.append(f"{label} is not the process the server knows ({binding.launcher})")
     tally.count("no-task-twice", len(groups))

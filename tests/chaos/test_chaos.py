@@ -92,7 +92,8 @@ class Clients:
     def stop(self) -> None:
         self.stopping.set()
         for thread in self.threads:
-            thread.join(30)
+            if thread.ident is not None:  # started
+                thread.join(30)
 
     def _body(self, rng: random.Random, tag: str) -> dict[str, Any]:
         names = list(KINDS)
@@ -111,11 +112,17 @@ class Clients:
             count = 0
             while not self.stopping.is_set():
                 try:
-                    if client.get("/cluster").json()["workloads"]["pending"] >= BACKLOG:
-                        self.stopping.wait(0.2)
-                        continue
+                    summary = client.get("/cluster")
                 except httpx.TransportError:
                     self.stopping.wait(0.1)  # the server is down
+                    continue
+                if summary.status_code != 200:
+                    with self.lock:
+                        self.refused.append(f"GET /cluster: {summary.status_code} {summary.text}")
+                    self.stopping.wait(0.1)
+                    continue
+                if summary.json()["workloads"]["pending"] >= BACKLOG:
+                    self.stopping.wait(0.2)
                     continue
                 tag = f"{number}-{count}"
                 count += 1
@@ -154,7 +161,8 @@ def task_processes(data_dir: Path) -> list[inv.TaskProcess]:
         items = raw.decode(errors="replace").split("\0")
         env = dict(item.split("=", 1) for item in items if "=" in item)
         devices = tuple(int(d) for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d)
-        share = float(env.get("CORRAL_GPU_FRACTION", "1"))
+        # A whole device each, unless a fraction is given; nothing without devices.
+        share = float(env.get("CORRAL_GPU_FRACTION", "1")) if devices else 0.0
         found.append(
             inv.TaskProcess(
                 pid, group, env["CORRAL_WORKLOAD"], int(env["CORRAL_TASK_INDEX"]), devices, share

@@ -11,7 +11,7 @@ from alembic import command
 from alembic.config import Config
 
 from corral.store import Store
-from corral.store.db import MIGRATIONS
+from corral.store.database import MIGRATIONS
 
 
 def test_existing_users_get_their_own_name_and_the_admin_none(tmp_path: Path) -> None:

@@ -36,6 +36,9 @@ class TaskLaunch:
     # Set when the task already runs (after a restart): adopt it instead of starting it.
     pid: int | None = None
     proc_start: int | None = None
+    # The Unix account the task runs as when the agent runs as root (its submitter's);
+    # None when the submitter has none, and such a task is refused by a root agent.
+    unix_user: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:

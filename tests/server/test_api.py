@@ -753,7 +753,12 @@ def test_error_bodies_carry_no_traceback(api: Api) -> None:
 
 def test_whoami_and_users(api: Api) -> None:
     project = api.queue()
-    assert api.admin.get("/whoami").json() == {"name": "admin", "role": "admin", "project": None}
+    assert api.admin.get("/whoami").json() == {
+        "name": "admin",
+        "role": "admin",
+        "project": None,
+        "unix_user": None,  # the first admin has no Unix account unless the operator names one
+    }
     name = unique("someone")
     response = api.admin.post(
         "/users", json={"name": name, "role": "member", "project": project["name"]}
@@ -765,10 +770,10 @@ def test_whoami_and_users(api: Api) -> None:
             "name": name,
             "role": "member",
             "project": project["name"],
+            "unix_user": name,  # by default, the account of the same name
         }
-    assert {"name": name, "role": "member", "project": project["name"]} in api.admin.get(
-        "/users"
-    ).json()
+    mine = {"name": name, "role": "member", "project": project["name"], "unix_user": name}
+    assert mine in api.admin.get("/users").json()
     again = api.admin.post("/users", json={"name": name, "role": "viewer"})
     assert again.status_code == 409, again.text
     no_project = api.admin.post("/users", json={"name": unique("p"), "role": "member"})

@@ -14,7 +14,7 @@ def up_command(
         Path | None,
         typer.Option(
             "--data-dir",
-            help="Where the store, logs, checkpoints and the admin token live.",
+            help="Where the store, logs and the admin token live (made 0700).",
             show_default="~/.local/share/corral",
         ),
     ] = None,
@@ -41,6 +41,24 @@ def up_command(
     ] = "80GiB",
     label: Annotated[
         list[str] | None, typer.Option("--label", help="A node label k=v (repeatable).")
+    ] = None,
+    workloads_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workloads-dir",
+            help="Where each workload's own directory (checkpoints, telemetry) lives; "
+            "outside the data directory, and passable by every account when run as root.",
+            show_default="DATA_DIR-workloads",
+        ),
+    ] = None,
+    admin_unix_user: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-unix-user",
+            help="The Unix account the admin's tasks run as when corral runs as root "
+            "(without it they are refused there).",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Start corral on this machine: the server and an agent for its GPUs, real or virtual."""
@@ -70,4 +88,6 @@ def up_command(
             virtual_gpu_model,
             memory,
             labels,
+            workloads_dir,
+            admin_unix_user,
         )

@@ -33,10 +33,19 @@ def create_command(
             "--role", help="member: submits to their project; viewer: reads; admin: everything."
         ),
     ] = "member",
+    unix_user: Annotated[
+        str | None,
+        typer.Option(
+            "--unix-user",
+            help="The Unix account their tasks run as when corral runs as root "
+            "(default: the account named like the user; never root).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create a user and print their first token."""
     with reported_errors(ctx), connect() as client:
-        issued = client.create_user(name, role, project)
+        issued = client.create_user(name, role, project, unix_user)
     user = describe_user(issued["user"], role, project)
     typer.echo(f"Created {user}. Their token, shown only this once:", err=True)
     typer.echo(issued["token"])
@@ -63,8 +72,8 @@ def list_command(
         print_json(users)
         return
     table = Table()
-    for column in ("user", "role", "project"):
+    for column in ("user", "role", "project", "unix user"):
         table.add_column(column)
     for user in users:
-        table.add_row(user["name"], user["role"], user["project"] or "-")
+        table.add_row(user["name"], user["role"], user["project"] or "-", user["unix_user"] or "-")
     Console().print(table)

@@ -122,9 +122,18 @@ class Client:
         """Every user (admins only)."""
         return cast(list[UserOut], self._request("GET", "/users"))
 
-    def create_user(self, name: str, role: str = "member", project: str | None = None) -> TokenOut:
-        """Create a user and their first token, which is shown only in this answer."""
+    def create_user(
+        self,
+        name: str,
+        role: str = "member",
+        project: str | None = None,
+        unix_user: str | None = None,
+    ) -> TokenOut:
+        """Create a user and their first token, which is shown only in this answer.
+        `unix_user`: the Unix account their tasks run as on a root agent (default: `name`)."""
         body = {"name": name, "role": role, "project": project}
+        if unix_user is not None:
+            body["unix_user"] = unix_user
         return cast(TokenOut, self._request("POST", "/users", body))
 
     def create_token(self, user: str) -> TokenOut:

@@ -216,6 +216,8 @@ class UserOut(TypedDict):
     name: str
     role: str
     project: str | None
+    # the Unix account its tasks run as
+    unix_user: str | None
 
 
 class WeightsOut(TypedDict):

@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from corral.cluster import Cluster
 from corral.messages import TaskLaunch, TaskStop
 from corral.model import Placement
 from corral.model.telemetry import Sample
+from corral.server.accounts import unix_users
 from corral.store import NotFound, Store
 from corral.store.records import BoundWork, Release
 from corral.store.telemetry import record_samples
@@ -35,14 +36,13 @@ def releases_of(workload: str, placements: Sequence[Placement], why: str) -> lis
     ]
 
 
-def checkpoint_dir(data_dir: Path, workload: str) -> Path:
-    """The same directory on every run of a workload, so that a restart finds its state."""
-    return data_dir / "checkpoints" / workload
-
-
-def launches(work: BoundWork, data_dir: Path, node: str | None = None) -> list[TaskLaunch]:
+def launches(
+    work: BoundWork, node: str | None = None, accounts: Mapping[str, str | None] | None = None
+) -> list[TaskLaunch]:
     """The launches of a workload's bound tasks (on `node` only, when given), with the
-    environment each task sees: its devices, its place in the gang, its checkpoints."""
+    environment each task sees: its devices, its place in the gang. The agent adds the
+    paths of the workload's own directory (checkpoints, telemetry), which it creates.
+    `accounts` gives the Unix account of each corral user (the submitter's is carried)."""
     spec = work.workload.spec
     ordered = sorted(work.tasks, key=lambda t: t.task)
     nodes_in_order = list(dict.fromkeys(t.node for t in ordered))
@@ -62,10 +62,6 @@ def launches(work: BoundWork, data_dir: Path, node: str | None = None) -> list[T
                 "CORRAL_WORKLOAD": spec.name,
                 "CORRAL_PROJECT": spec.project,
                 "CORRAL_TASK_INDEX": str(state.task),
-                "CORRAL_CHECKPOINT_DIR": str(checkpoint_dir(data_dir, spec.name)),
-                "CORRAL_TELEMETRY_FILE": str(
-                    data_dir / "run" / spec.name / f"task-{state.task}.util"
-                ),
                 "CORRAL_ATTEMPT": str(work.workload.attempts),
                 "MASTER_ADDR": master.address,
                 "MASTER_PORT": str(port),
@@ -96,6 +92,7 @@ def launches(work: BoundWork, data_dir: Path, node: str | None = None) -> list[T
                 grace=spec.grace_period,
                 pid=state.pid if state.state == "running" else None,
                 proc_start=state.proc_start if state.state == "running" else None,
+                unix_user=(accounts or {}).get(spec.user) if spec.user else None,
             )
         )
     return result
@@ -129,7 +126,8 @@ class Dispatcher:
     def started(self, names: set[str]) -> None:
         if names:
             work = self.store.bound_work(names=names)
-            self.cluster.start([launch for w in work for launch in launches(w, self.data_dir)])
+            accounts = unix_users(self.store)
+            self.cluster.start([launch for w in work for launch in launches(w, None, accounts)])
 
     def release(self, releases: list[Release], grace_period: float | None = None) -> None:
         """Stop released tasks, each after its workload's grace period (or the one given,
@@ -183,6 +181,7 @@ class Dispatcher:
 
     def reconcile(self) -> None:
         """Make every node's agent run exactly what the store binds to it."""
+        accounts = unix_users(self.store)
         for record in self.store.list_nodes():
             node = record.node.name
             running = self.cluster.running(node)
@@ -190,7 +189,7 @@ class Dispatcher:
                 continue
             wanted = []
             for work in self.store.bound_work(node=node):
-                wanted.extend(launches(work, self.data_dir, node=node))
+                wanted.extend(launches(work, node, accounts))
             keys = {launch.key for launch in wanted}
             missing = [launch for launch in wanted if launch.key not in running]
             if missing:

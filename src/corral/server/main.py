@@ -8,6 +8,7 @@ import re
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -15,14 +16,29 @@ from corral.model import Node, format_memory
 from corral.model.spec import NodeSpec
 from corral.store import Store, database_url
 
+if TYPE_CHECKING:
+    from corral.agent import Agent
+
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "corral"
 ADMIN_TOKEN_FILE = "admin-token"
 
 
-def open_store(data_dir: Path, db_url: str | None) -> tuple[Store, str | None]:
-    """Open (and migrate) the store. On the very first start, create the admin token and
-    write it to DATA_DIR/admin-token, readable by the owner only; return it then."""
+def private_data_dir(data_dir: Path) -> None:
+    """Make the data directory 0700 and everything this process writes from now on (the
+    database, its WAL, tokens, logs) private to its owner: tasks must not reach them."""
+    os.umask(0o077)
     data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+
+
+def open_store(
+    data_dir: Path, db_url: str | None, admin_unix_user: str | None = None
+) -> tuple[Store, str | None]:
+    """Open (and migrate) the store. On the very first start, create the admin token and
+    write it to DATA_DIR/admin-token, readable by the owner only; return it then.
+    `admin_unix_user`, when given, is the Unix account the admin's tasks run as on a root
+    agent (it has none otherwise, and they are refused there)."""
+    private_data_dir(data_dir)
     store = Store(database_url(data_dir, db_url))
     token = store.ensure_admin()
     if token is not None:
@@ -31,6 +47,8 @@ def open_store(data_dir: Path, db_url: str | None) -> tuple[Store, str | None]:
         with os.fdopen(fd, "w") as handle:
             handle.write(token + "\n")
         os.chmod(path, 0o600)
+    if admin_unix_user is not None:
+        store.set_unix_user("admin", admin_unix_user)
     return store, token
 
 
@@ -72,6 +90,8 @@ def up(
     virtual_model: str,
     virtual_memory: int,
     labels: dict[str, str],
+    workloads_dir: Path | None = None,
+    admin_unix_user: str | None = None,
 ) -> None:
     """The server and an agent for this machine, in one process."""
     from corral.agent import Agent, discover
@@ -79,7 +99,7 @@ def up(
     from corral.server.app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    store, token = open_store(data_dir, db_url)
+    store, token = open_store(data_dir, db_url, admin_unix_user)
     found = discover(virtual_gpus, virtual_model, virtual_memory)
     name = node_name()
     store.register_node(
@@ -99,15 +119,44 @@ def up(
         replace_existing=True,
     )
     # The agent samples its devices every CORRAL_SAMPLE_INTERVAL seconds (5 by default).
-    cluster = LocalCluster([Agent(name, data_dir, devices=found.devices)])
+    agent = Agent(name, data_dir, devices=found.devices, workloads_dir=workloads_dir)
+    cluster = LocalCluster([agent])
     app = create_app(store, cluster=cluster, data_dir=data_dir)
     print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"node {name}: {found.note}", flush=True)
     for device in found.devices:
         kind = "virtual" if device.virtual else "NVML"
         print(f"  GPU {device.index}: {device.model}, {format_memory(device.memory)} ({kind})")
+    for line in identity_lines(agent, store):
+        print(line, flush=True)
     print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
     if token is not None:
         print(f"admin token (shown once): {token}", flush=True)
     switch_interval()
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def identity_lines(agent: Agent, store: Store) -> list[str]:
+    """What `corral up` says about who tasks run as, and where their directories are."""
+    from corral.agent.identity import own_identity, unreachable_parent
+
+    lines = [f"workload directories: {agent.workloads_dir} (one per workload, 0700)"]
+    if not agent.run_as_submitter:
+        me = own_identity().name
+        lines.append(
+            f"tasks run as {me}: every task, whoever submits it, runs as this Unix account "
+            "with its rights (run corral as root to run each task as its submitter)"
+        )
+        return lines
+    admin = next((u.unix_user for u in store.list_users() if u.name == "admin"), None)
+    lines.append(
+        "tasks run as their submitter's Unix account (corral user create NAME --unix-user "
+        f"ACCOUNT); the admin's {f'as {admin}' if admin else 'are refused (--admin-unix-user)'}"
+    )
+    blocked = unreachable_parent(agent.workloads_dir)
+    if blocked is not None:
+        lines.append(
+            f"warning: other accounts cannot pass through {blocked}, so tasks cannot reach "
+            "their directories; choose another --workloads-dir"
+        )
+    return lines

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.model import (
     DEFAULT_GRACE_PERIOD,
@@ -25,7 +25,9 @@ from corral.model import (
     resolve_priority,
 )
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
+from corral.server.accounts import is_root_account
 from corral.server.rules import RuleOut, RulesIn
+from corral.store.records import UserRecord
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=63)]
@@ -46,7 +48,23 @@ BATCH_LIMIT = 1000
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: `"virtual": 0` or `"grace_period": false` are mistakes to report, not values
+    # to coerce (JSON integers still count as numbers where a float is expected).
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _os_string(value: str) -> str:
+    """A string the kernel can take in argv, the environment or a path: no NUL byte."""
+    if "\0" in value:
+        raise ValueError("must not contain a NUL byte")
+    return value
+
+
+# Strings that become a task's argv, environment or working directory.
+OsString = Annotated[str, AfterValidator(_os_string)]
+Argument = Annotated[OsString, Field(max_length=65536)]
+# A Unix login name as useradd accepts it (POSIX portable, at most 32 bytes).
+UnixUser = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]*\$?$", min_length=1, max_length=32)]
 
 
 def memory_bytes(value: int | str) -> int:
@@ -270,13 +288,16 @@ class WorkloadIn(Body):
         default_factory=dict, max_length=32
     )
     topology: TopologyIn | None = None
-    command: list[Annotated[str, Field(max_length=65536)]] = Field(
-        default_factory=list, max_length=4096
+    command: list[Argument] = Field(default_factory=list, max_length=4096)
+    # Names are shell identifiers, so never hold "=" or NUL.
+    env: dict[
+        Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)], OsString
+    ] = Field(default_factory=dict, max_length=1024)
+    workdir: OsString | None = Field(
+        None,
+        max_length=4096,
+        description="default: the workload's own directory; a relative path is taken from it",
     )
-    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)], str] = (
-        Field(default_factory=dict, max_length=1024)
-    )
-    workdir: str | None = Field(None, max_length=4096)
     max_runtime: float | str | None = None
     backoff_limit: int = Field(0, ge=0, le=100)
     grace_period: float | str = Field(
@@ -290,6 +311,13 @@ class WorkloadIn(Body):
         number = resolve_priority(value)
         if abs(number) > 1_000_000:
             raise ValueError("must be between -1000000 and 1000000")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if value and not value[0]:
+            raise ValueError("the program to run (the first word) must not be empty")
         return value
 
     @field_validator("grace_period")
@@ -563,6 +591,21 @@ class UserIn(Body):
     name: Name
     role: Literal["admin", "member", "viewer"] = "member"
     project: Name | None = None
+    unix_user: UnixUser | None = Field(
+        None,
+        description="the Unix account its tasks run as when the agent runs as root; "
+        "default: the account of the same name (never root)",
+    )
+
+    @field_validator("unix_user")
+    @classmethod
+    def _unix_user(cls, value: str | None) -> str | None:
+        if value is not None and is_root_account(value):
+            raise ValueError(
+                f"{value!r} is root; only the operator may map the admin to root "
+                "(--admin-unix-user), never a user created through the API"
+            )
+        return value
 
     @model_validator(mode="after")
     def _project(self) -> UserIn:
@@ -572,11 +615,25 @@ class UserIn(Body):
             raise ValueError(f"only members belong to a project, not a {self.role}")
         return self
 
+    def account(self) -> str | None:
+        """The Unix account to record: the one given, else the user's own name when it is
+        a valid login name (at most 32 characters)."""
+        if self.unix_user is not None:
+            return self.unix_user
+        return self.name if len(self.name) <= 32 else None
+
 
 class UserOut(BaseModel):
     name: str
     role: str
     project: str | None
+    unix_user: str | None = Field(None, description="the Unix account its tasks run as")
+
+    @classmethod
+    def of(cls, record: UserRecord) -> UserOut:
+        return cls(
+            name=record.name, role=record.role, project=record.project, unix_user=record.unix_user
+        )
 
 
 class TokenOut(BaseModel):

@@ -44,20 +44,33 @@ def check_user(role: str, project: str | None) -> None:
 
 
 def create_user(
-    session: Session, name: str, role: str, project: str | None
+    session: Session, name: str, role: str, project: str | None, unix_user: str | None = None
 ) -> tuple[UserRecord, str]:
-    """Create a user with a first token; returns the user and the token."""
+    """Create a user with a first token; returns the user and the token. `unix_user` is
+    the Unix account its tasks run as on a root agent (None: none)."""
     if session.scalar(select(UserRow.id).where(UserRow.name == name)):
         raise Conflict(f"user {name!r} already exists")
     queue = queue_row(session, project, field="project") if project else None
     user = UserRow(
-        name=name, role=role, project_id=queue.id if queue else None, created_at=time.time()
+        name=name,
+        role=role,
+        project_id=queue.id if queue else None,
+        created_at=time.time(),
+        unix_user=unix_user,
     )
     session.add(user)
     session.flush()
     token = _new_token(session, user)
     add_event(session, "user-created", "api", f"{name} ({role})")
-    return UserRecord(name, role, project), token
+    return UserRecord(name, role, project, unix_user), token
+
+
+def set_unix_user(session: Session, name: str, unix_user: str | None) -> None:
+    """Change the Unix account a user's tasks run as on a root agent."""
+    row = session.scalar(select(UserRow).where(UserRow.name == name))
+    if row is None:
+        raise NotFound(f"user {name!r} not found")
+    row.unix_user = unix_user
 
 
 def create_token(session: Session, user: str) -> str:
@@ -81,7 +94,7 @@ def token_user(session: Session, key: str) -> UserRecord | None:
 
 
 def _user_record(row: UserRow) -> UserRecord:
-    return UserRecord(row.name, row.role, row.project.name if row.project else None)
+    return UserRecord(row.name, row.role, row.project.name if row.project else None, row.unix_user)
 
 
 def _new_token(session: Session, user: UserRow) -> str:

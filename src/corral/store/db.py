@@ -306,11 +306,19 @@ class Store(Database):
         with self._accounts() as session:
             return accounts.ensure_admin(session)
 
-    def create_user(self, name: str, role: str, project: str | None) -> tuple[UserRecord, str]:
-        """Create a user with a first token; returns the user and the token."""
+    def create_user(
+        self, name: str, role: str, project: str | None, unix_user: str | None = None
+    ) -> tuple[UserRecord, str]:
+        """Create a user with a first token; returns the user and the token. `unix_user`
+        is the account its tasks run as on a root agent (None: none)."""
         accounts.check_user(role, project)
         with self._accounts() as session:
-            return accounts.create_user(session, name, role, project)
+            return accounts.create_user(session, name, role, project, unix_user)
+
+    def set_unix_user(self, name: str, unix_user: str | None) -> None:
+        """Change the Unix account a user's tasks run as on a root agent."""
+        with self._accounts() as session:
+            accounts.set_unix_user(session, name, unix_user)
 
     def create_token(self, user: str) -> str:
         """A new token for the user."""

@@ -90,6 +90,7 @@ class UserRecord:
     name: str
     role: str
     project: str | None
+    unix_user: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

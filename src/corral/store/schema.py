@@ -203,6 +203,8 @@ class UserRow(Base):
     role: Mapped[str] = mapped_column(String(16))
     project_id: Mapped[int | None] = mapped_column(ForeignKey("queues.id", ondelete="SET NULL"))
     created_at: Mapped[float] = mapped_column(Float)
+    # The Unix account this user's tasks run as on a root agent; None: it has none.
+    unix_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
     project: Mapped[QueueRow | None] = relationship()
 

@@ -13,12 +13,12 @@ router = APIRouter(prefix=API, responses=ERRORS, tags=["users"])
 
 @router.get("/users", response_model=list[UserOut])
 def list_users(_: Admin, store: StoreDep) -> list[UserOut]:
-    return [UserOut(name=u.name, role=u.role, project=u.project) for u in store.list_users()]
+    return [UserOut.of(u) for u in store.list_users()]
 
 
 @router.post("/users", response_model=TokenOut, status_code=201)
 def create_user(body: UserIn, _: Admin, store: StoreDep) -> TokenOut:
-    record, token = store.create_user(body.name, body.role, body.project)
+    record, token = store.create_user(body.name, body.role, body.project, body.account())
     return TokenOut(user=record.name, token=token)
 
 
@@ -29,4 +29,4 @@ def create_token(name: str, _: Admin, store: StoreDep) -> TokenOut:
 
 @router.get("/whoami", response_model=UserOut)
 def whoami(current: User) -> UserOut:
-    return UserOut(name=current.name, role=current.role, project=current.project)
+    return UserOut.of(current)

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from corral.server.accounts import require_account
 from corral.server.background import Background
 from corral.server.deps import API, BackgroundDep, LoopDep, StoreDep, User, may_manage
 from corral.server.errors import ERRORS
@@ -44,6 +45,7 @@ async def submit(body: WorkloadIn, current: User, background: BackgroundDep) -> 
     # Async, unlike the other handlers: the writer thread commits submissions in
     # batches (corral.server.submissions) and wakes the scheduler.
     may_manage(current, body.project)
+    require_account(background.cluster, current)
     if body.name is not None:
         record = await background.submissions.submit(body.to_spec(body.name, current.name))
     else:
@@ -65,12 +67,13 @@ async def submit_named(background: Background, body: WorkloadIn, user: str) -> W
 
 @router.post("/workloads/batch", response_model=list[WorkloadOut], status_code=201)
 def submit_batch(
-    body: WorkloadBatchIn, current: User, store: StoreDep, loop: LoopDep
+    body: WorkloadBatchIn, current: User, store: StoreDep, loop: LoopDep, background: BackgroundDep
 ) -> list[WorkloadOut]:
     """Submit several workloads in one transaction: all are stored, or none (the
     first that fails a check is named by its place, `workloads[i]`)."""
     for item in body.workloads:
         may_manage(current, item.project)
+    require_account(background.cluster, current)
     for attempt in range(NAME_ATTEMPTS):
         specs = [
             item.to_spec(item.name or drawn_name(item.project), current.name)

@@ -198,7 +198,7 @@ class Agent:
         env = dict(os.environ)
         env.update(launch.env)
         try:
-            task.process = TaskProcess.spawn(
+            task.process = self.spawn_process(
                 list(launch.command),
                 env,
                 launch.workdir,
@@ -212,6 +212,12 @@ class Agent:
         if launch.max_runtime is not None:
             task.deadline = time.time() + launch.max_runtime
         return None
+
+    def spawn_process(
+        self, command: list[str], env: dict[str, str], workdir: str | None, log: Path, exit: Path
+    ) -> TaskProcess:
+        """Start one task's process group (agents under Ray start it detached and fenced)."""
+        return TaskProcess.spawn(command, env, workdir, log, exit)
 
     def run(self) -> None:
         while not self._stop.is_set():

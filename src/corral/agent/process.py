@@ -64,6 +64,7 @@ class TaskProcess:
         workdir: str | None,
         log_path: Path,
         exit_file: Path,
+        launcher_options: tuple[str, ...] = (),
     ) -> TaskProcess:
         """Start `command` in a new process group, output appended to `log_path`."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +76,7 @@ class TaskProcess:
                     sys.executable,
                     "-m",
                     "corral.agent.launch",
+                    *launcher_options,
                     "--exit-file",
                     str(exit_file),
                     "--",
@@ -89,6 +91,40 @@ class TaskProcess:
             )
         started = process_start(popen.pid) or 0
         return cls(popen.pid, started, exit_file, time.time(), popen)
+
+    @classmethod
+    def spawn_detached(
+        cls,
+        command: list[str],
+        env: dict[str, str],
+        workdir: str | None,
+        log_path: Path,
+        exit_file: Path,
+        launcher_options: tuple[str, ...] = (),
+    ) -> TaskProcess:
+        """Like `spawn`, but the launcher leaves our process tree (`--detach`), so that
+        whatever kills this process's children (a Ray worker whose raylet died) does not
+        kill it; it is then watched like an adopted task. `launcher_options` are passed
+        to the launcher (`--lease FILE --fence SECONDS`)."""
+        pid_file = exit_file.with_suffix(".pid")
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.unlink(missing_ok=True)
+        first = cls.spawn(
+            command,
+            env,
+            workdir,
+            log_path,
+            exit_file,
+            ("--detach", str(pid_file), *launcher_options),
+        )
+        assert first.popen is not None
+        first.popen.wait()
+        pid = int(pid_file.read_text())
+        proc_start = process_start(pid)
+        if proc_start is None:
+            # Ended already; its exit file tells how.
+            return cls(pid, 0, exit_file, time.time(), None)
+        return cls(pid, proc_start, exit_file, time.time(), None)
 
     @classmethod
     def adopt(cls, pid: int, proc_start: int, exit_file: Path) -> TaskProcess:

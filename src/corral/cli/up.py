@@ -6,6 +6,14 @@ from typing import Annotated
 import typer
 
 from corral.cli.common import EXIT_INVALID, reported_errors
+from corral.cli.ray_options import (
+    AgentDir,
+    CheckpointRoot,
+    FenceTimeout,
+    LossTimeout,
+    RayAddress,
+    ray_options,
+)
 
 
 def up_command(
@@ -42,8 +50,14 @@ def up_command(
     label: Annotated[
         list[str] | None, typer.Option("--label", help="A node label k=v (repeatable).")
     ] = None,
+    ray: RayAddress = None,
+    checkpoint_root: CheckpointRoot = None,
+    loss_timeout: LossTimeout = 10.0,
+    fence_timeout: FenceTimeout = 5.0,
+    agent_dir: AgentDir = "~/.local/share/corral/agent",
 ) -> None:
-    """Start corral on this machine: the server and an agent for its GPUs, real or virtual."""
+    """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
+    With --ray, the server and an agent on every node of a Ray cluster."""
     from corral.model import parse_memory
     from corral.server import DEFAULT_DATA_DIR
     from corral.server.main import up
@@ -61,6 +75,7 @@ def up_command(
         typer.secho(f"--virtual-gpu-memory: {error}", fg="red", err=True)
         raise typer.Exit(EXIT_INVALID) from None
     with reported_errors(ctx):
+        options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
         up(
             data_dir or DEFAULT_DATA_DIR,
             db,
@@ -70,4 +85,6 @@ def up_command(
             virtual_gpu_model,
             memory,
             labels,
+            options,
+            checkpoint_root,
         )

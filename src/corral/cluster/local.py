@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 from corral.agent import Agent
 from corral.messages import Reports, TaskLaunch, TaskStop
@@ -11,8 +12,10 @@ from corral.messages import Reports, TaskLaunch, TaskStop
 class LocalCluster:
     """Agents by node name, called directly."""
 
-    def __init__(self, agents: list[Agent]) -> None:
+    def __init__(self, agents: list[Agent], checkpoint_root: Path | None = None) -> None:
         self.agents = {agent.node: agent for agent in agents}
+        # Where workloads keep checkpoints, when not under the server's data directory.
+        self.checkpoint_root = checkpoint_root
 
     def connect(self, reports: Reports) -> None:
         for agent in self.agents.values():

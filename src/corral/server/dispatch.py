@@ -11,8 +11,10 @@ that run but are no longer bound are stopped.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
-import zlib
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,14 +33,35 @@ def checkpoint_dir(data_dir: Path, workload: str) -> Path:
     return data_dir / "checkpoints" / workload
 
 
-def launches(work: BoundWork, data_dir: Path, node: str | None = None) -> list[TaskLaunch]:
+Rendezvous = Callable[[str, int, str], tuple[str, int]]
+
+
+def local_rendezvous(workload: str, attempt: int, node: str) -> tuple[str, int]:
+    """A port free on this machine, for a cluster whose agents run here."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        port: int = sock.getsockname()[1]
+    return "", port
+
+
+def launches(
+    work: BoundWork,
+    data_dir: Path,
+    node: str | None = None,
+    rendezvous: Rendezvous = local_rendezvous,
+    checkpoint_root: Path | None = None,
+) -> list[TaskLaunch]:
     """The launches of a workload's bound tasks (on `node` only, when given), with the
-    environment each task sees: its devices, its place in the gang, its checkpoints."""
+    environment each task sees: its devices, its place in the gang, its checkpoints.
+    `rendezvous(workload, attempt, node)` gives the address and a free port of rank 0's
+    node ("" for the address the store knows); checkpoints live under `checkpoint_root`
+    when given (storage every node sees), else under the data directory."""
     spec = work.workload.spec
     ordered = sorted(work.tasks, key=lambda t: t.task)
     nodes_in_order = list(dict.fromkeys(t.node for t in ordered))
     master = ordered[0]
-    port = 20000 + zlib.crc32(spec.name.encode()) % 20000
+    address, port = rendezvous(spec.name, work.workload.attempts, master.node)
+    checkpoints = checkpoint_dir(checkpoint_root or data_dir, spec.name)
     result = []
     for state in ordered:
         if state.state == "exited" or (node is not None and state.node != node):
@@ -53,12 +76,12 @@ def launches(work: BoundWork, data_dir: Path, node: str | None = None) -> list[T
                 "CORRAL_WORKLOAD": spec.name,
                 "CORRAL_PROJECT": spec.project,
                 "CORRAL_TASK_INDEX": str(state.task),
-                "CORRAL_CHECKPOINT_DIR": str(checkpoint_dir(data_dir, spec.name)),
+                "CORRAL_CHECKPOINT_DIR": str(checkpoints),
                 "CORRAL_TELEMETRY_FILE": str(
                     data_dir / "run" / spec.name / f"task-{state.task}.util"
                 ),
                 "CORRAL_ATTEMPT": str(work.workload.attempts),
-                "MASTER_ADDR": master.address,
+                "MASTER_ADDR": address or master.address,
                 "MASTER_PORT": str(port),
                 "WORLD_SIZE": str(len(ordered)),
                 "RANK": str(state.task),
@@ -112,15 +135,40 @@ class Dispatcher:
         self.reconcile_interval = reconcile_interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Optional capabilities of a cluster (corral.cluster): where rank 0's agent finds
+        # a free port, and checkpoint storage that every node sees.
+        self._rendezvous: Rendezvous = getattr(cluster, "rendezvous", local_rendezvous)
+        self.checkpoint_root: Path | None = getattr(cluster, "checkpoint_root", None)
+        # The port of each gang's attempt, so that every launch of it (the reconciler's
+        # too) names the same one; old attempts fall out.
+        self._ports: OrderedDict[tuple[str, int], tuple[str, int]] = OrderedDict()
+        self._ports_lock = threading.Lock()
         # Jobs the monitor runs after each reconciliation (telemetry rollups, rules).
         self.upkeep: list[Callable[[], None]] = []
 
     # -- after a cycle, a deletion or a suspension ---------------------------------------
 
+    def launches(self, work: BoundWork, node: str | None = None) -> list[TaskLaunch]:
+        """The launches of a bound workload (on `node` only, when given)."""
+        return launches(work, self.data_dir, node, self.rendezvous, self.checkpoint_root)
+
+    def rendezvous(self, workload: str, attempt: int, node: str) -> tuple[str, int]:
+        """Rank 0's address and port for this attempt of the workload, asked once."""
+        key = (workload, attempt)
+        with self._ports_lock:
+            found = self._ports.get(key)
+        if found is None:
+            found = self._rendezvous(workload, attempt, node)
+            with self._ports_lock:
+                found = self._ports.setdefault(key, found)
+                while len(self._ports) > 100_000:
+                    self._ports.popitem(last=False)
+        return found
+
     def started(self, names: set[str]) -> None:
         if names:
             work = self.store.bound_work(names=names)
-            self.cluster.start([launch for w in work for launch in launches(w, self.data_dir)])
+            self.cluster.start([launch for w in work for launch in self.launches(w)])
 
     def release(self, releases: list[Release], grace_period: float | None = None) -> None:
         """Stop released tasks, each after its workload's grace period (or the one given,
@@ -128,7 +176,7 @@ class Dispatcher:
         if not releases:
             return
         grace: dict[str, float] = {}
-        stops = []
+        stops: list[TaskStop] = []
         for release in releases:
             if release.workload not in grace:
                 grace[release.workload] = (
@@ -181,7 +229,7 @@ class Dispatcher:
                 continue
             wanted = []
             for work in self.store.bound_work(node=node):
-                wanted.extend(launches(work, self.data_dir, node=node))
+                wanted.extend(self.launches(work, node=node))
             keys = {launch.key for launch in wanted}
             missing = [launch for launch in wanted if launch.key not in running]
             if missing:
@@ -203,6 +251,42 @@ class Dispatcher:
                     ]
                 )
 
+    def expire(self) -> list[str]:
+        """Mark nodes that stopped answering lost; their workloads go back to pending, and
+        the tasks a requeued gang still has on other nodes are stopped before the
+        scheduler may place it again (else a task of the old attempt could be taken for
+        the new one where both land on the same node)."""
+        limit = time.time() - self.node_timeout
+        stale = {
+            record.node.name
+            for record in self.store.list_nodes()
+            if record.state == "ready" and (record.heartbeat_at or 0.0) < limit
+        }
+        if not stale:
+            return []
+        before = [w for node in sorted(stale) for w in self.store.bound_work(node=node)]
+        lost = self.store.expire_nodes(self.node_timeout)
+        if not lost:
+            return lost
+        stops: list[TaskStop] = []
+        for work in {w.workload.name: w for w in before}.values():
+            if not any(t.node in lost for t in work.tasks):
+                continue
+            others: dict[str, list[int]] = {}
+            for task in work.tasks:
+                if task.node not in lost and task.state != "exited":
+                    others.setdefault(task.node, []).append(task.task)
+            why = f"requeued: node {', '.join(sorted(lost))} was lost"
+            grace = work.workload.spec.grace_period
+            stops.extend(
+                TaskStop(work.workload.name, node, tuple(tasks), why, grace)
+                for node, tasks in sorted(others.items())
+            )
+        if stops:
+            self.cluster.stop(stops)
+        self.wake_scheduler()
+        return lost
+
     def start_monitor(self) -> None:
         self._thread = threading.Thread(target=self._monitor, name="corral-monitor", daemon=True)
         self._thread.start()
@@ -215,8 +299,7 @@ class Dispatcher:
     def _monitor(self) -> None:
         while not self._stop.wait(self.reconcile_interval):
             try:
-                if self.store.expire_nodes(self.node_timeout):
-                    self.wake_scheduler()
+                self.expire()
                 self.reconcile()
             except Exception:
                 log.exception("reconciling failed")

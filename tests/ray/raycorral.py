@@ -90,6 +90,7 @@ class RayServer(CorralUp):
 
     address: str = ""
     namespace: str = ""
+    command: str = "server"
 
     @property
     def agent_dir(self) -> Path:
@@ -99,7 +100,7 @@ class RayServer(CorralUp):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             CORRAL,
-            "server",
+            self.command,
             "--data-dir",
             str(self.data_dir),
             "--port",

@@ -209,8 +209,22 @@ class Dispatcher:
     def task_ended(
         self, node: str, workload: str, task: int, exit_code: int | None, reason: str
     ) -> None:
+        if not self._bound_to(workload, task, node):
+            # The end of a task stopped on a node it has left (moved by consolidation,
+            # requeued when its node was lost): the task bound elsewhere is not ended.
+            return
         self.release(self.store.task_ended(workload, task, exit_code, reason))
         self.wake_scheduler()
+
+    def _bound_to(self, workload: str, task: int, node: str) -> bool:
+        """False when the store binds the task to another node (True when not bound at
+        all: the store then decides that the report changes nothing)."""
+        try:
+            record = self.store.get_workload(workload)
+        except NotFound:
+            return True
+        nodes = {p.node for p in record.placements if p.task == task}
+        return not nodes or node in nodes
 
     def heartbeat(self, node: str) -> None:
         self.store.heartbeat(node)
@@ -222,13 +236,22 @@ class Dispatcher:
 
     def reconcile(self) -> None:
         """Make every node's agent run exactly what the store binds to it."""
+        # What the agents run first, then what the store binds: a task bound and started
+        # in between is then missing (started again, which changes nothing), never extra.
+        agents = {}
         for record in self.store.list_nodes():
-            node = record.node.name
-            running = self.cluster.running(node)
-            if running is None:
-                continue
+            running = self.cluster.running(record.node.name)
+            if running is not None:
+                agents[record.node.name] = running
+        # All bound work in one read, grouped by node: reading it node by node cost a read
+        # of every running workload per node (1,000 nodes: minutes per pass).
+        by_node: dict[str, list[BoundWork]] = {}
+        for work in self.store.bound_work():
+            for node in dict.fromkeys(task.node for task in work.tasks):
+                by_node.setdefault(node, []).append(work)
+        for node, running in agents.items():
             wanted = []
-            for work in self.store.bound_work(node=node):
+            for work in by_node.get(node, []):
                 wanted.extend(self.launches(work, node=node))
             keys = {launch.key for launch in wanted}
             missing = [launch for launch in wanted if launch.key not in running]

@@ -172,6 +172,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--workloads", type=int, default=20000)
+    parser.add_argument(
+        "--max-seconds", type=float, default=1200, help="give up binding after this long"
+    )
     args = parser.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="corral-scale-"))
@@ -235,19 +238,21 @@ def main() -> None:
         thread.start()
     for thread in submitters:
         thread.join()
+    # Submission rate (the API and per-workload write transactions) bounds bind_all_s.
     submitted_s = time.perf_counter() - begin
     print(f"{args.workloads} submitted in {submitted_s:.1f} s ({len(errors)} errors)", flush=True)
+    bind_all: float | None = None
     with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
         while True:
             counts = client.get("/cluster").json()["workloads"]
             bound = args.workloads - counts.get("pending", 0)
             if bound >= args.workloads:
+                bind_all = time.perf_counter() - begin
                 break
             print(f"  {time.perf_counter() - begin:.0f} s: {counts}", flush=True)
-            if time.perf_counter() - begin > 1800:
-                raise RuntimeError(f"not all bound after 30 minutes: {counts}")
+            if time.perf_counter() - begin > args.max_seconds:
+                break
             time.sleep(5.0)
-    bind_all = time.perf_counter() - begin
     with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
         failed = client.get("/workloads", params={"status": "failed", "limit": 3}).json()
     for record in failed[:3] if isinstance(failed, list) else failed.get("items", [])[:3]:
@@ -259,7 +264,8 @@ def main() -> None:
         "gpus": total_gpus,
         "workloads": args.workloads,
         "submit_s": round(submitted_s, 2),
-        "bind_all_s": round(bind_all, 2),
+        "bind_all_s": round(bind_all, 2) if bind_all is not None else None,
+        "bound": bound,
         "cycles": len(cycles),
         "cycle_s_p50": round(statistics.median(cycles), 3) if cycles else None,
         "cycle_s_p95": round(percentile(cycles, 0.95), 3),
@@ -269,8 +275,9 @@ def main() -> None:
         "reconcile_s_p95": round(percentile(passes, 0.95), 3),
     }
     print(
-        f"bound all in {bind_all:.1f} s; cycle p95 {result['cycle_s_p95']} s "
-        f"(goal < 2 s); reconcile pass p95 {result['reconcile_s_p95']} s (goal < 1 s)"
+        f"bound {bound} of {args.workloads} in {time.perf_counter() - begin:.1f} s; "
+        f"cycle p95 {result['cycle_s_p95']} s (goal < 2 s); "
+        f"reconcile pass p95 {result['reconcile_s_p95']} s (goal < 1 s)"
     )
     if args.json:
         print(json.dumps(result))

@@ -42,7 +42,7 @@ def require_ray() -> None:
 # Seconds, as the servers of these tests run: a node is lost after LOSS, its tasks fenced
 # after FENCE.
 LOSS = 10.0
-FENCE = 5.0
+FENCE = 4.0
 GPUS = 2
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from livecorral import CORRAL, PYTHON, running, wait_until
 from raycorral import FENCE, GPUS, LOSS, RayNodes, RayServer, require_ray
 
@@ -190,6 +192,9 @@ def test_a_new_node_joins_and_gets_the_waiting_work(
     # The Ray node itself takes a few seconds to start.
     assert time.monotonic() - joined < 15
     assert {e["node"] for e in started} == {"d"}
+    # /metrics shows the new node's devices too.
+    metrics = httpx.get(f"{ray_server.url}/metrics", timeout=10).text
+    assert re.search(r'corral_node_gpus\{[^}]*node="d"[^}]*\} 2', metrics), metrics[:2000]
 
 
 def live_tasks(name: str) -> list[tuple[str, int]]:

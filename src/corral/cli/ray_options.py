@@ -33,7 +33,7 @@ CheckpointRoot = Annotated[
 LossTimeout = Annotated[
     float,
     typer.Option(
-        "--loss-timeout", min=5.0, help="With --ray: seconds until a silent node is lost."
+        "--loss-timeout", min=7.0, help="With --ray: seconds until a silent node is lost."
     ),
 ]
 FenceTimeout = Annotated[

@@ -35,7 +35,7 @@ def server_command(
     ray: RayAddress = None,
     checkpoint_root: CheckpointRoot = None,
     loss_timeout: LossTimeout = 10.0,
-    fence_timeout: FenceTimeout = 5.0,
+    fence_timeout: FenceTimeout = 4.0,
     agent_dir: AgentDir = "~/.local/share/corral/agent",
 ) -> None:
     """Run the server: the REST API and the scheduler loop; with --ray, also an agent on

@@ -53,7 +53,7 @@ def up_command(
     ray: RayAddress = None,
     checkpoint_root: CheckpointRoot = None,
     loss_timeout: LossTimeout = 10.0,
-    fence_timeout: FenceTimeout = 5.0,
+    fence_timeout: FenceTimeout = 4.0,
     agent_dir: AgentDir = "~/.local/share/corral/agent",
 ) -> None:
     """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
@@ -74,6 +74,14 @@ def up_command(
     except ValueError as error:
         typer.secho(f"--virtual-gpu-memory: {error}", fg="red", err=True)
         raise typer.Exit(EXIT_INVALID) from None
+    if ray is not None and virtual_gpus is not None:
+        typer.secho(
+            "--virtual-gpus does not apply with --ray: give Ray nodes a corral_virtual_gpus"
+            " resource instead",
+            fg="red",
+            err=True,
+        )
+        raise typer.Exit(EXIT_INVALID)
     with reported_errors(ctx):
         options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
         up(

@@ -47,6 +47,10 @@ log = logging.getLogger("corral.cluster.ray")
 NAMESPACE = os.environ.get("CORRAL_RAY_NAMESPACE", "corral")
 LABEL_PREFIX = "corral.io/"
 VIRTUAL_GPUS = "corral_virtual_gpus"
+# An answer is a heartbeat, but each is a write to the store: one per node this often is
+# enough for a loss timeout of several seconds (1,000 nodes, 500 writes/s; one a second
+# would be 1,000).
+HEARTBEAT_EVERY = 2.0
 
 
 def connect(address: str, timeout: float = 30.0) -> None:
@@ -119,6 +123,7 @@ class _Agent:
     draining: Any = None  # the pending drain() call
     drain_sent: float = 0.0
     last_answer: float = 0.0
+    last_heartbeat: float = 0.0
     running: set[tuple[str, int]] = field(default_factory=set)
 
 
@@ -131,7 +136,7 @@ class RayCluster:
         log_dir: Path,
         *,
         agent_root: str = "~/.local/share/corral/agent",
-        fence_timeout: float = 5.0,
+        fence_timeout: float = 4.0,
         poll_interval: float = 1.0,
         checkpoint_root: Path | None = None,
     ) -> None:
@@ -365,6 +370,8 @@ class RayCluster:
                 reports.task_started(agent.name, workload, task, item[4], item[5])
             else:
                 reports.task_ended(agent.name, workload, task, item[4], item[5])
-        reports.heartbeat(agent.name)
+        if agent.last_answer - agent.last_heartbeat >= HEARTBEAT_EVERY:
+            agent.last_heartbeat = agent.last_answer
+            reports.heartbeat(agent.name)
         if answer["samples"]:
             reports.samples(agent.name, answer["samples"])

@@ -46,7 +46,7 @@ class RayOptions:
     loss_timeout: float = 10.0
     # Tasks of an agent that has not heard from the server for this long stop by
     # themselves; shorter than the loss timeout, so no task runs twice.
-    fence_timeout: float = 5.0
+    fence_timeout: float = 4.0
     agent_root: str = "~/.local/share/corral/agent"
 
 
@@ -57,12 +57,17 @@ EXPIRY_CHECK = 2.0
 def ray_cluster(store: Store, data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
     """Connect to Ray and make the cluster of its nodes' agents; also the node timeout
     the dispatcher needs for a node to be lost within the loss timeout."""
-    if options.fence_timeout + 1.0 >= options.loss_timeout - EXPIRY_CHECK:
+    from corral.cluster.ray import HEARTBEAT_EVERY, RayCluster, connect
+
+    # The last heartbeat may be HEARTBEAT_EVERY older than the last lease renewal, and a
+    # launcher looks at its lease every 0.5 s: keep a margin of more than a second.
+    margin = options.loss_timeout - EXPIRY_CHECK - HEARTBEAT_EVERY - options.fence_timeout
+    if margin < 2.0:
         raise ValueError(
             f"the fence timeout ({options.fence_timeout:g} s) must be shorter than the loss"
-            f" timeout ({options.loss_timeout:g} s) by more than {EXPIRY_CHECK + 1:g} s"
+            f" timeout ({options.loss_timeout:g} s) by {EXPIRY_CHECK + HEARTBEAT_EVERY + 2:g} s"
+            " at least"
         )
-    from corral.cluster.ray import RayCluster, connect
 
     connect(options.address)
     cluster = RayCluster(

@@ -186,7 +186,7 @@ def test_a_new_node_joins_and_gets_the_waiting_work(
     assert ray_server.workload("waits")["status"] == "pending"
     joined = time.monotonic()
     ray_nodes.add("d", "r3")
-    nodes = wait_until(lambda: n if "d" in (n := ray_server.nodes()) else None, 5, "node d")
+    nodes = wait_until(lambda: n if "d" in (n := ray_server.nodes()) else None, 10, "node d")
     assert nodes["d"]["labels"] == {"rack": "r3"}
     started = wait_until(lambda: ray_server.events("waits", "task-started"), 10, "the start")
     # The Ray node itself takes a few seconds to start.

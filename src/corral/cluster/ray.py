@@ -32,7 +32,7 @@ from corral.cluster.ray_agent import NodeAgent
 from corral.messages import Reports, TaskLaunch, TaskStop
 from corral.model import Node
 from corral.model.spec import NodeSpec
-from corral.store import Store
+from corral.store import NotFound, Store
 
 try:
     import ray
@@ -348,6 +348,15 @@ class RayCluster:
             agent.registered = True
             self._by_name[agent.name] = agent
 
+    def _current(self, workload: str, attempt: int) -> bool:
+        """Whether `attempt` is the workload's attempt now (or nobody knows)."""
+        if attempt < 0:
+            return True
+        try:
+            return self.store.get_workload(workload).attempts == attempt
+        except NotFound:
+            return True
+
     def _drained(self, agent: _Agent, answer: dict[str, Any]) -> None:
         agent.last_answer = time.time()
         agent.running = {(workload, task) for workload, task in answer["running"]}
@@ -365,6 +374,10 @@ class RayCluster:
                 latest = self._latest.get((workload, task))
             if latest is not None and latest != (agent.name, attempt):
                 # An older attempt of a task that was sent elsewhere or again since.
+                continue
+            if kind == "ended" and not self._current(workload, attempt):
+                # The end of an attempt that was requeued and bound again meanwhile (its
+                # new start may not even be sent yet): not the current task's end.
                 continue
             if kind == "started":
                 reports.task_started(agent.name, workload, task, item[4], item[5])

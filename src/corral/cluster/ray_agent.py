@@ -144,6 +144,9 @@ class NodeAgent:
             env["CORRAL_TELEMETRY_FILE"] = str(
                 self.data_dir / "run" / launch.workload / f"task-{launch.task}.util"
             )
+            if env.get("WORLD_SIZE") == "1":
+                # The server asks no agent for a single task's port: it is this node's.
+                env["MASTER_PORT"] = str(self.free_port())
             fresh.append(dataclasses.replace(launch, env=env))
             with self.buffer.lock:
                 self.buffer.attempts[launch.key] = launch.attempt

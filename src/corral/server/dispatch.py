@@ -22,7 +22,7 @@ from corral.cluster import Cluster
 from corral.messages import TaskLaunch, TaskStop
 from corral.model.telemetry import Sample
 from corral.store import NotFound, Store
-from corral.store.records import BoundWork, Release
+from corral.store.records import BoundWork, NodeRecord, Release
 from corral.store.telemetry import record_samples
 
 log = logging.getLogger("corral.dispatch")
@@ -60,7 +60,10 @@ def launches(
     ordered = sorted(work.tasks, key=lambda t: t.task)
     nodes_in_order = list(dict.fromkeys(t.node for t in ordered))
     master = ordered[0]
-    address, port = rendezvous(spec.name, work.workload.attempts, master.node)
+    # Only a gang needs its rank 0's agent asked; a single task's agent (or this machine,
+    # for local agents) finds its own port.
+    ask = rendezvous if len(ordered) > 1 else local_rendezvous
+    address, port = ask(spec.name, work.workload.attempts, master.node)
     checkpoints = checkpoint_dir(checkpoint_root or data_dir, spec.name)
     result = []
     for state in ordered:
@@ -234,12 +237,13 @@ class Dispatcher:
 
     # -- reconciling -------------------------------------------------------------------
 
-    def reconcile(self) -> None:
-        """Make every node's agent run exactly what the store binds to it."""
+    def reconcile(self, nodes: list[NodeRecord] | None = None) -> None:
+        """Make every node's agent run exactly what the store binds to it (`nodes`: the
+        store's nodes, when the caller has just read them)."""
         # What the agents run first, then what the store binds: a task bound and started
         # in between is then missing (started again, which changes nothing), never extra.
         agents = {}
-        for record in self.store.list_nodes():
+        for record in self.store.list_nodes() if nodes is None else nodes:
             running = self.cluster.running(record.node.name)
             if running is not None:
                 agents[record.node.name] = running
@@ -274,7 +278,7 @@ class Dispatcher:
                     ]
                 )
 
-    def expire(self) -> list[str]:
+    def expire(self, nodes: list[NodeRecord] | None = None) -> list[str]:
         """Mark nodes that stopped answering lost; their workloads go back to pending, and
         the tasks a requeued gang still has on other nodes are stopped before the
         scheduler may place it again (else a task of the old attempt could be taken for
@@ -282,7 +286,7 @@ class Dispatcher:
         limit = time.time() - self.node_timeout
         stale = {
             record.node.name
-            for record in self.store.list_nodes()
+            for record in (self.store.list_nodes() if nodes is None else nodes)
             if record.state == "ready" and (record.heartbeat_at or 0.0) < limit
         }
         if not stale:
@@ -322,8 +326,11 @@ class Dispatcher:
     def _monitor(self) -> None:
         while not self._stop.wait(self.reconcile_interval):
             try:
-                self.expire()
-                self.reconcile()
+                # One read of the nodes for both: at 1,000 nodes it takes seconds.
+                nodes = self.store.list_nodes()
+                if self.expire(nodes):
+                    nodes = self.store.list_nodes()
+                self.reconcile(nodes)
             except Exception:
                 log.exception("reconciling failed")
             for job in self.upkeep:

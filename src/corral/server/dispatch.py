@@ -161,7 +161,14 @@ class Dispatcher:
         with self._ports_lock:
             found = self._ports.get(key)
         if found is None:
-            found = self._rendezvous(workload, attempt, node)
+            try:
+                found = self._rendezvous(workload, attempt, node)
+            except Exception as error:
+                # Rank 0's agent cannot answer (its node is being lost): one launch with
+                # a port of no use rather than a failed cycle or reconciliation; the next
+                # launch asks again.
+                log.warning("no rendezvous for %s on %s: %s", workload, node, error)
+                return local_rendezvous(workload, attempt, node)
             with self._ports_lock:
                 found = self._ports.setdefault(key, found)
                 while len(self._ports) > 100_000:

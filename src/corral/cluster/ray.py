@@ -383,6 +383,9 @@ class RayCluster:
                 reports.task_started(agent.name, workload, task, item[4], item[5])
             else:
                 reports.task_ended(agent.name, workload, task, item[4], item[5])
+                with self._lock:
+                    if self._latest.get((workload, task)) == (agent.name, attempt):
+                        del self._latest[(workload, task)]  # kept only while it runs
         if agent.last_answer - agent.last_heartbeat >= HEARTBEAT_EVERY:
             agent.last_heartbeat = agent.last_answer
             reports.heartbeat(agent.name)

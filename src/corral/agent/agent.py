@@ -296,7 +296,7 @@ class Agent:
             variables["CORRAL_TELEMETRY_FILE"] = str(
                 self.telemetry_path(launch.workload, launch.task)
             )
-            task.process = TaskProcess.spawn(
+            task.process = self.spawn_process(
                 list(launch.command),
                 task_environment(variables, identity),
                 # A relative working directory is taken from the workload's own.
@@ -325,6 +325,18 @@ class Agent:
                 "submitter (`corral user create NAME --unix-user ACCOUNT`)"
             )
         return identity_of(launch.unix_user)
+
+    def spawn_process(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        workdir: str | None,
+        log: Path,
+        exit: Path,
+        user: str | None = None,
+    ) -> TaskProcess:
+        """Start one task's process group (agents under Ray start it detached and fenced)."""
+        return TaskProcess.spawn(command, env, workdir, log, exit, user=user)
 
     def run(self) -> None:
         while not self._stop.is_set():

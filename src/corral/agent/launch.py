@@ -12,6 +12,13 @@ write F; only the command runs as account U (its uid, gid and groups), in D, wit
 environment the agent writes to the launcher's standard input as a JSON object. The
 launcher's own environment is the agent's minimal one: nothing of the task's (such as
 LD_PRELOAD or PYTHONPATH) reaches a process that keeps root.
+
+Two options serve agents that run under Ray (`corral.cluster.ray`): `--detach PIDFILE`
+makes the launcher leave its parent's process tree (a Ray worker kills its own children
+when its raylet dies, while the task would live on), and `--lease FILE --fence SECONDS`
+makes it kill its own process group when the agent has not renewed FILE for SECONDS, so
+that a node cut off from the control plane never runs a task that was started again
+elsewhere.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,8 +36,11 @@ from corral.agent.identity import identity_of
 
 NOT_FOUND = 127
 CANNOT_RUN = 126
+FENCED = 137
+OPTIONS = {"--exit-file", "--user", "--workdir", "--detach", "--lease", "--fence"}
 USAGE = (
     "usage: python -I -m corral.agent.launch --exit-file FILE [--user NAME] [--workdir DIR]"
+    " [--detach PIDFILE] [--lease FILE --fence SECONDS]"
     " -- COMMAND [ARGS...]  (the command's environment as JSON on standard input)"
 )
 
@@ -48,6 +59,8 @@ def _default_signals() -> None:
     # Ignored signals stay ignored across exec; the command must see SIGTERM and SIGINT.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # Blocked signals stay blocked too, and Ray's workers block SIGINT.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _options(argv: list[str]) -> tuple[dict[str, str], list[str]] | None:
@@ -59,7 +72,13 @@ def _options(argv: list[str]) -> tuple[dict[str, str], list[str]] | None:
     if len(given) % 2 or not command:
         return None
     options = dict(zip(given[::2], given[1::2], strict=True))
-    if "--exit-file" not in options or set(options) - {"--exit-file", "--user", "--workdir"}:
+    if "--exit-file" not in options or set(options) - OPTIONS:
+        return None
+    if ("--lease" in options) != ("--fence" in options):
+        return None
+    try:
+        float(options.get("--fence", "0"))
+    except ValueError:
         return None
     return options, command
 
@@ -107,6 +126,9 @@ def main(argv: list[str]) -> int:
     options, command = parsed
     exit_file = options["--exit-file"]
     user, workdir = options.get("--user"), options.get("--workdir")
+    lease = _lease(options)
+    if "--detach" in options:
+        _detach(options["--detach"])
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -128,11 +150,59 @@ def main(argv: list[str]) -> int:
     except subprocess.SubprocessError:
         where = f"the working directory {workdir!r}"
         return _fail(exit_file, CANNOT_RUN, f"cannot enter {where} as {user or 'the agent user'}")
-    code = child.wait()
+    code = child.wait() if lease is None else _wait_fenced(child, exit_file, *lease)
     # A child killed by signal N reports -N; shells report 128 + N, and so do we.
     code = 128 - code if code < 0 else code
     write_exit(exit_file, code)
     return code
+
+
+# -- under Ray: detaching and fencing ------------------------------------------------------
+
+
+def _lease(options: dict[str, str]) -> tuple[str, float] | None:
+    """The lease file and fence timeout of `--lease FILE --fence SECONDS`, if given."""
+    fence = float(options.get("--fence", "0"))
+    lease_file = options.get("--lease")
+    return (lease_file, fence) if lease_file and fence > 0 else None
+
+
+def _detach(pid_file: str) -> None:
+    """Fork; the child goes on in a session of its own and the parent, once the child's
+    pid is in `pid_file`, exits. The launcher is then nobody's child but init's."""
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid > 0:
+        os.close(ready_write)
+        os.read(ready_read, 1)  # the child's process group exists: it can be signalled
+        temporary = f"{pid_file}.tmp"
+        with open(temporary, "w") as handle:
+            handle.write(f"{pid}\n")
+        os.replace(temporary, pid_file)
+        os._exit(0)
+    os.close(ready_read)
+    os.setsid()
+    os.write(ready_write, b"1")
+    os.close(ready_write)
+
+
+def _wait_fenced(child: subprocess.Popen[bytes], exit_file: str, lease: str, fence: float) -> int:
+    """Wait for the child; kill the whole process group, this launcher included, when the
+    lease has not been renewed for `fence` seconds."""
+    while True:
+        try:
+            return child.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            age = time.time() - os.stat(lease).st_mtime
+        except OSError:
+            age = float("inf")
+        if age > fence:
+            reason = f"fenced: its agent lost the control plane for {fence:g} s"
+            print(f"corral: {reason}", file=sys.stderr, flush=True)
+            write_exit(exit_file, FENCED, reason)
+            os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ class TaskProcess:
         log_path: Path,
         exit_file: Path,
         user: str | None = None,
+        launcher_options: tuple[str, ...] = (),
     ) -> TaskProcess:
         """Start `command` in a new process group, output appended to `log_path`, with
         exactly the environment `env`, as the Unix account `user` when given (and this
@@ -84,7 +85,16 @@ class TaskProcess:
             # -I and cwd "/": the launcher may keep root, so neither PYTHON* variables nor
             # a module in a directory a user can write may change what it imports.
             popen = subprocess.Popen(
-                [sys.executable, "-I", "-m", "corral.agent.launch", *options, "--", *command],
+                [
+                    sys.executable,
+                    "-I",
+                    "-m",
+                    "corral.agent.launch",
+                    *launcher_options,
+                    *options,
+                    "--",
+                    *command,
+                ],
                 cwd="/",
                 env={"PATH": SAFE_PATH},
                 stdin=subprocess.PIPE,
@@ -104,6 +114,42 @@ class TaskProcess:
             raise
         started = process_start(popen.pid) or 0
         return cls(popen.pid, started, exit_file, time.time(), popen)
+
+    @classmethod
+    def spawn_detached(
+        cls,
+        command: list[str],
+        env: dict[str, str],
+        workdir: str | None,
+        log_path: Path,
+        exit_file: Path,
+        launcher_options: tuple[str, ...] = (),
+        user: str | None = None,
+    ) -> TaskProcess:
+        """Like `spawn`, but the launcher leaves our process tree (`--detach`), so that
+        whatever kills this process's children (a Ray worker whose raylet died) does not
+        kill it; it is then watched like an adopted task. `launcher_options` are passed
+        to the launcher (`--lease FILE --fence SECONDS`)."""
+        pid_file = exit_file.with_suffix(".pid")
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.unlink(missing_ok=True)
+        first = cls.spawn(
+            command,
+            env,
+            workdir,
+            log_path,
+            exit_file,
+            user,
+            ("--detach", str(pid_file), *launcher_options),
+        )
+        assert first.popen is not None
+        first.popen.wait()
+        pid = int(pid_file.read_text())
+        proc_start = process_start(pid)
+        if proc_start is None:
+            # Ended already; its exit file tells how.
+            return cls(pid, 0, exit_file, time.time(), None)
+        return cls(pid, proc_start, exit_file, time.time(), None)
 
     @classmethod
     def adopt(cls, pid: int, proc_start: int, exit_file: Path) -> TaskProcess:

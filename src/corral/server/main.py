@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from corral.store import Store, database_url
 
 if TYPE_CHECKING:
     from corral.agent import Agent
+    from corral.cluster import Cluster
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "corral"
 ADMIN_TOKEN_FILE = "admin-token"
@@ -52,12 +54,69 @@ def open_store(
     return store, token
 
 
-def serve(data_dir: Path, db_url: str | None, host: str, port: int) -> None:
-    """Run the server until interrupted."""
+@dataclass(frozen=True, slots=True)
+class RayOptions:
+    """`--ray ADDRESS` and what goes with it (docs/multi-node.md)."""
+
+    address: str
+    checkpoint_root: Path | None = None
+    # A node whose agent has not answered for this long is lost and its work requeued.
+    loss_timeout: float = 10.0
+    # Tasks of an agent that has not heard from the server for this long stop by
+    # themselves; shorter than the loss timeout, so no task runs twice.
+    fence_timeout: float = 4.0
+    agent_root: str = "~/.local/share/corral/agent"
+
+
+# How often the dispatcher looks for lost nodes (its reconcile interval).
+EXPIRY_CHECK = 2.0
+
+
+def ray_cluster(store: Store, data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
+    """Connect to Ray and make the cluster of its nodes' agents; also the node timeout
+    the dispatcher needs for a node to be lost within the loss timeout."""
+    from corral.cluster.ray import HEARTBEAT_EVERY, RayCluster, connect
+
+    # The last heartbeat may be HEARTBEAT_EVERY older than the last lease renewal, and a
+    # launcher looks at its lease every 0.5 s: keep a margin of more than a second.
+    margin = options.loss_timeout - EXPIRY_CHECK - HEARTBEAT_EVERY - options.fence_timeout
+    if margin < 2.0:
+        raise ValueError(
+            f"the fence timeout ({options.fence_timeout:g} s) must be shorter than the loss"
+            f" timeout ({options.loss_timeout:g} s) by {EXPIRY_CHECK + HEARTBEAT_EVERY + 2:g} s"
+            " at least"
+        )
+
+    connect(options.address)
+    cluster = RayCluster(
+        store,
+        data_dir,
+        agent_root=options.agent_root,
+        fence_timeout=options.fence_timeout,
+        checkpoint_root=options.checkpoint_root,
+    )
+    return cluster, options.loss_timeout - EXPIRY_CHECK
+
+
+def serve(
+    data_dir: Path,
+    db_url: str | None,
+    host: str,
+    port: int,
+    ray: RayOptions | None = None,
+    admin_unix_user: str | None = None,
+) -> None:
+    """Run the server until interrupted; with `ray`, with an agent on every Ray node."""
     from corral.server.app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    store, token = open_store(data_dir, db_url)
+    store, token = open_store(data_dir, db_url, admin_unix_user)
+    if ray is not None:
+        cluster, node_timeout = ray_cluster(store, data_dir, ray)
+        print(f"Ray cluster at {ray.address}: an agent on every node", flush=True)
+        app = create_app(store, cluster=cluster, data_dir=data_dir, node_timeout=node_timeout)
+    else:
+        app = create_app(store)
     print(f"corral server on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"store: {store.url.split('@')[-1]}", flush=True)
     if token is not None:
@@ -65,7 +124,7 @@ def serve(data_dir: Path, db_url: str | None, host: str, port: int) -> None:
             f"admin token (shown once; also in {data_dir / ADMIN_TOKEN_FILE}): {token}", flush=True
         )
     switch_interval()
-    uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 def switch_interval() -> None:
@@ -92,14 +151,27 @@ def up(
     labels: dict[str, str],
     workloads_dir: Path | None = None,
     admin_unix_user: str | None = None,
+    ray: RayOptions | None = None,
 ) -> None:
-    """The server and an agent for this machine, in one process."""
+    """The server and an agent for this machine, in one process; with `ray`, the server
+    and an agent on every node of the Ray cluster (this machine's among them)."""
     from corral.agent import Agent, discover
     from corral.cluster.local import LocalCluster
     from corral.server.app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     store, token = open_store(data_dir, db_url, admin_unix_user)
+    if ray is not None:
+        ray_cluster_, node_timeout = ray_cluster(store, data_dir, ray)
+        app = create_app(store, cluster=ray_cluster_, data_dir=data_dir, node_timeout=node_timeout)
+        print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)")
+        print(f"Ray cluster at {ray.address}: an agent on every node", flush=True)
+        print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
+        if token is not None:
+            print(f"admin token (shown once): {token}", flush=True)
+        switch_interval()
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+        return
     found = discover(virtual_gpus, virtual_model, virtual_memory)
     name = node_name()
     store.register_node(

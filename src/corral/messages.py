@@ -63,9 +63,17 @@ class Reports(Protocol):
         """The task's process runs."""
 
     def task_ended(
-        self, node: str, workload: str, task: int, exit_code: int | None, reason: str
+        self,
+        node: str,
+        workload: str,
+        task: int,
+        exit_code: int | None,
+        reason: str,
+        attempt: int | None = None,
     ) -> None:
-        """The task's process is gone; `exit_code` None when nobody knows how it ended."""
+        """The task's process is gone; `exit_code` None when nobody knows how it ended.
+        `attempt` is the attempt the process was launched for (`TaskLaunch.attempt`): the
+        end of an earlier attempt is not the end of the task bound now."""
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive."""

@@ -115,6 +115,8 @@ class RayServer(CorralUp):
             "--fence-timeout",
             f"{FENCE:g}",
         ]
+        if self.admin_unix_user is not None:
+            args += ["--admin-unix-user", self.admin_unix_user]
         env = dict(os.environ, CORRAL_RAY_NAMESPACE=self.namespace)
         with open(self.log, "ab") as handle:
             self.process = subprocess.Popen(

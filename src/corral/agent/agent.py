@@ -240,6 +240,7 @@ class Agent:
                         launch.task,
                         exit_code,
                         reason,
+                        launch.attempt,
                     ),
                 )
             )

@@ -36,7 +36,7 @@ def server_command(
     checkpoint_root: CheckpointRoot = None,
     loss_timeout: LossTimeout = 10.0,
     fence_timeout: FenceTimeout = 4.0,
-    agent_dir: AgentDir = "~/.local/share/corral/agent",
+    agent_dir: AgentDir = "~/.local/share/corral-agent",
     admin_unix_user: Annotated[
         str | None,
         typer.Option(

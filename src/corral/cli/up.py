@@ -72,7 +72,7 @@ def up_command(
     checkpoint_root: CheckpointRoot = None,
     loss_timeout: LossTimeout = 10.0,
     fence_timeout: FenceTimeout = 4.0,
-    agent_dir: AgentDir = "~/.local/share/corral/agent",
+    agent_dir: AgentDir = "~/.local/share/corral-agent",
 ) -> None:
     """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
     With --ray, the server and an agent on every node of a Ray cluster."""

@@ -135,7 +135,7 @@ class RayCluster:
         store: Store,
         log_dir: Path,
         *,
-        agent_root: str = "~/.local/share/corral/agent",
+        agent_root: str = "~/.local/share/corral-agent",
         fence_timeout: float = 4.0,
         poll_interval: float = 1.0,
         checkpoint_root: Path | None = None,
@@ -388,7 +388,9 @@ class RayCluster:
             if kind == "started":
                 reports.task_started(agent.name, workload, task, item[4], item[5])
             else:
-                reports.task_ended(agent.name, workload, task, item[4], item[5])
+                reports.task_ended(
+                    agent.name, workload, task, item[4], item[5], attempt if attempt >= 0 else None
+                )
                 with self._lock:
                     if self._latest.get((workload, task)) == (agent.name, attempt):
                         del self._latest[(workload, task)]  # kept only while it runs

@@ -51,10 +51,17 @@ class _Buffer:
             self.items.append(("started", workload, task, attempt, pid, proc_start))
 
     def task_ended(
-        self, node: str, workload: str, task: int, exit_code: int | None, reason: str
+        self,
+        node: str,
+        workload: str,
+        task: int,
+        exit_code: int | None,
+        reason: str,
+        attempt: int | None = None,
     ) -> None:
         with self.lock:
-            attempt = self.attempts.pop((workload, task), -1)
+            known = self.attempts.pop((workload, task), -1)
+            attempt = known if attempt is None else attempt
             self.items.append(("ended", workload, task, attempt, exit_code, reason))
 
     def heartbeat(self, node: str) -> None:

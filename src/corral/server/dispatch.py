@@ -225,13 +225,19 @@ class Dispatcher:
             self.cluster.stop([TaskStop(workload, node, (task,), "no longer bound", 0.0)])
 
     def task_ended(
-        self, node: str, workload: str, task: int, exit_code: int | None, reason: str
+        self,
+        node: str,
+        workload: str,
+        task: int,
+        exit_code: int | None,
+        reason: str,
+        attempt: int | None = None,
     ) -> None:
         if not self._bound_to(workload, task, node):
             # The end of a task stopped on a node it has left (moved by consolidation,
             # requeued when its node was lost): the task bound elsewhere is not ended.
             return
-        self.release(self.store.task_ended(workload, task, exit_code, reason))
+        self.release(self.store.task_ended(workload, task, exit_code, reason, attempt))
         self.wake_scheduler()
 
     def _bound_to(self, workload: str, task: int, node: str) -> bool:

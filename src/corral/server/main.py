@@ -65,7 +65,7 @@ class RayOptions:
     # Tasks of an agent that has not heard from the server for this long stop by
     # themselves; shorter than the loss timeout, so no task runs twice.
     fence_timeout: float = 4.0
-    agent_root: str = "~/.local/share/corral/agent"
+    agent_root: str = "~/.local/share/corral-agent"
 
 
 # How often the dispatcher looks for lost nodes (its reconcile interval).

@@ -276,15 +276,22 @@ class Store(Database):
             return tasks.task_started(session, workload, task, pid, proc_start)
 
     def task_ended(
-        self, workload: str, task: int, exit_code: int | None, reason: str
+        self,
+        workload: str,
+        task: int,
+        exit_code: int | None,
+        reason: str,
+        attempt: int | None = None,
     ) -> list[Release]:
         """A task's process ended. A task that is no longer bound (evicted, suspended,
-        deleted) changes nothing more. Otherwise exit 0 marks the task done, and the
+        deleted), or the end of an earlier `attempt` than the workload's current one (a
+        preempted process whose end arrives after the workload was bound again), changes
+        nothing more. Otherwise exit 0 marks the task done, and the
         workload succeeds when every task is; any other end stops the rest of the gang and
         sends the workload back to pending, or to failed once its retries are used up.
         Returns the sibling tasks to stop."""
         with self.write() as session:
-            return tasks.task_ended(session, workload, task, exit_code, reason)
+            return tasks.task_ended(session, workload, task, exit_code, reason, attempt)
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive; an unavailable node becomes ready again."""

@@ -19,6 +19,7 @@ import logging
 import time
 
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.server.group_commit import GroupWriter
@@ -85,7 +86,9 @@ class Audit:
         if self.limiter is not None and token is not None:
             wait = self.limiter.take(token)
             if wait > 0:
-                known = self.log.store.remembered(token)
+                # The token is looked up (cached, so mostly without the database) to
+                # name who was refused; an unknown one is recorded with no user.
+                known = await run_in_threadpool(self.log.store.authenticate, token)
                 await self.log.record(_record(scope, at, known.name if known else None, 429))
                 response = JSONResponse(
                     {"detail": f"too many writes with this token; retry in {wait:.1f} s"},

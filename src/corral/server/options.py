@@ -8,6 +8,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+# The methods probed: a route answers FULL for those it has (HEAD goes with GET).
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
 
 class AllowedMethods:
     """Answer OPTIONS with 204 and `Allow` listing the methods of the routes that match
@@ -23,15 +26,13 @@ class AllowedMethods:
         if scope["type"] != "http" or scope["method"] != "OPTIONS":
             await self.app(scope, receive, send)
             return
-        allowed: set[str] = set()
-        for route in self.routes:
-            methods = getattr(route, "methods", None)
-            if methods is None:
-                continue
-            # A GET probe: any route whose path matches answers FULL or PARTIAL.
-            match, _ = route.matches({**scope, "method": "GET"})
-            if match != Match.NONE:
-                allowed.update(methods)
+        allowed = {
+            method
+            for method in METHODS
+            if any(
+                route.matches({**scope, "method": method})[0] == Match.FULL for route in self.routes
+            )
+        }
         response: Response
         if not allowed:
             response = JSONResponse({"detail": "Not Found"}, status_code=404)

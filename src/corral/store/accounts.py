@@ -110,8 +110,8 @@ def revoke_token(session: Session, token_id: int) -> None:
 
 
 def delete_user(session: Session, name: str) -> None:
-    """Delete a user; their tokens go with them (the foreign key cascades), so none of
-    them authenticates any more. Their workloads and audit records keep the name."""
+    """Delete a user and their tokens, so that none of these authenticates any more; the
+    last admin is kept. Their workloads and audit records keep the name."""
     row = session.scalar(select(UserRow).where(UserRow.name == name))
     if row is None:
         raise NotFound(f"user {name!r} not found")
@@ -121,8 +121,8 @@ def delete_user(session: Session, name: str) -> None:
         )
         if admins == 1:
             raise Conflict(f"{name!r} is the last admin")
-    # Deleted explicitly rather than through the cascade, which SQLite only honours with
-    # its foreign keys on, and the ORM would otherwise try to null out.
+    # The tokens are deleted explicitly, not left to the foreign key's cascade: the ORM
+    # would otherwise null their user_id first.
     session.execute(delete(TokenRow).where(TokenRow.user_id == row.id))
     session.delete(row)
     add_event(session, "user-deleted", "api", name)

@@ -32,6 +32,10 @@ def test_tokens_are_created_listed_and_revoked(
     assert f"Revoked token {ci['id']}." in admin.ok("token", "revoke", str(ci["id"]))
     assert row(admin.ok("token", "list"), str(ci["id"]))[-1] == "revoked"
     assert "not valid" in member.fails("token", "list", code=1)
+    # The admin's only token cannot be revoked: nobody could administer the server.
+    (own,) = admin.json("token", "list", "--user", "admin")
+    line = admin.fails("token", "revoke", str(own["id"]), code=1)
+    assert "last usable admin token" in line
     assert admin.fails("token", "create", "tok-user", "--expires", "soon", code=2)
 
 

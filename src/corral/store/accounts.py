@@ -100,8 +100,19 @@ def token_owner(session: Session, token_id: int) -> str:
 
 
 def revoke_token(session: Session, token_id: int) -> None:
-    """Revoke a token: it stays listed, and authenticates nobody from now on."""
-    token_owner(session, token_id)
+    """Revoke a token: it stays listed, and authenticates nobody from now on. The last
+    usable token of the last admin is kept, as the last admin is (see `delete_user`):
+    without it nobody could administer the server."""
+    row = session.get(TokenRow, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id} not found")
+    if row.user.role == "admin" and _usable(row):
+        admins = select(UserRow.id).where(UserRow.role == "admin")
+        others = session.scalars(
+            select(TokenRow).where(TokenRow.user_id.in_(admins), TokenRow.id != token_id)
+        ).all()
+        if not any(_usable(other) for other in others):
+            raise Conflict(f"token {token_id} is the last usable admin token; make another first")
     session.execute(
         update(TokenRow)
         .where(TokenRow.id == token_id, TokenRow.revoked_at.is_(None))
@@ -143,6 +154,10 @@ def token_user(session: Session, key: str, now: float) -> tuple[UserRecord, floa
     if row.expires_at is not None and row.expires_at <= now:
         return None
     return _user_record(row.user), row.expires_at
+
+
+def _usable(row: TokenRow) -> bool:
+    return row.revoked_at is None and (row.expires_at is None or row.expires_at > time.time())
 
 
 def touch_token(session: Session, key: str, now: float) -> None:

@@ -1,4 +1,4 @@
-"""`corral user create|list|token`: accounts and their tokens, for admins.
+"""`corral user create|list|token|delete`: accounts and their tokens, for admins.
 
 A token is printed alone on stdout, and only once (the server keeps its digest), so that
 `TOKEN=$(corral user create ...)` works; the sentence around it goes to stderr.
@@ -58,6 +58,14 @@ def token_command(ctx: typer.Context, name: Name) -> None:
         issued = client.create_token(name)
     typer.echo(f"A new token for {issued['user']}, shown only this once:", err=True)
     typer.echo(issued["token"])
+
+
+@user_app.command("delete")
+def delete_command(ctx: typer.Context, name: Name) -> None:
+    """Delete a user; their tokens stop working at once. Their workloads stay."""
+    with reported_errors(ctx), connect() as client:
+        client.delete_user(name)
+    typer.echo(f"Deleted {name}; their tokens no longer work.")
 
 
 @user_app.command("list")

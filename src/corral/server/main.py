@@ -119,12 +119,21 @@ def serve(
         app = create_app(store)
     print(f"corral server on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"store: {store.url.split('@')[-1]}", flush=True)
-    if token is not None:
-        print(
-            f"admin token (shown once; also in {data_dir / ADMIN_TOKEN_FILE}): {token}", flush=True
-        )
+    show_first_token(token, data_dir)
     switch_interval()
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def show_first_token(token: str | None, data_dir: Path) -> None:
+    """Print the first admin token, made on this start, only to a terminal: stdout sent to
+    a file or a log collector would keep the credential where others may read it."""
+    if token is None:
+        return
+    path = data_dir / ADMIN_TOKEN_FILE
+    if sys.stdout.isatty():
+        print(f"admin token (shown once; also in {path}): {token}", flush=True)
+    else:
+        print(f"admin token written to {path} (readable by its owner only)", flush=True)
 
 
 def switch_interval() -> None:
@@ -202,8 +211,7 @@ def up(
     for line in identity_lines(agent, store):
         print(line, flush=True)
     print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
-    if token is not None:
-        print(f"admin token (shown once): {token}", flush=True)
+    show_first_token(token, data_dir)
     switch_interval()
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

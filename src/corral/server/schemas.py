@@ -639,6 +639,54 @@ class UserOut(BaseModel):
 class TokenOut(BaseModel):
     user: str
     token: str = Field(description="shown once; only its digest is stored")
+    id: int | None = Field(default=None, description="for `DELETE /tokens/{id}`")
+    name: str | None = None
+    expires_at: float | None = None
+
+
+class TokenIn(Body):
+    name: Name | None = Field(default=None, description="what the token is for")
+    expires_in: float | str | None = Field(
+        default=None,
+        description='seconds, or "90m", "12h", "30d" (at most a year); none: never expires',
+    )
+
+    @field_validator("expires_in")
+    @classmethod
+    def _expires(cls, value: float | str | None) -> float | str | None:
+        if value is not None:
+            duration_seconds(value)
+        return value
+
+    def expires_at(self, now: float) -> float | None:
+        """When a token made at `now` expires."""
+        return None if self.expires_in is None else now + duration_seconds(self.expires_in)
+
+
+class TokenInfoOut(BaseModel):
+    """A token as listed: never its value."""
+
+    id: int
+    user: str
+    name: str | None
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+    last_used_at: float | None = Field(description="exact to about 10 s")
+    active: bool = Field(description="neither revoked nor expired")
+
+
+class AuditOut(BaseModel):
+    """A write request: who (null for no valid token), when, what, from where, outcome."""
+
+    id: int
+    at: float
+    user: str | None
+    method: str
+    route: str
+    path: str
+    address: str | None
+    status: int
 
 
 class LogOut(BaseModel):

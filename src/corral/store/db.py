@@ -17,7 +17,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 import corral.store.accounts as accounts
+import corral.store.audit as audit
 import corral.store.events as events
+import corral.store.idempotency as idempotency
 import corral.store.nodes as nodes
 import corral.store.queues as queues
 import corral.store.scheduling as scheduling
@@ -27,8 +29,10 @@ import corral.store.usage as usage
 import corral.store.workloads as workloads
 from corral.model import Decisions, Queue, Snapshot, Workload
 from corral.model.spec import NodeSpec, WorkloadSpec
+from corral.store.audit import AuditQuery, AuditRecord
 from corral.store.convert import node_record, queue_record
 from corral.store.database import Database
+from corral.store.idempotency import Idempotency, Replayed
 from corral.store.records import (
     BoundWork,
     ClusterCounts,
@@ -36,6 +40,7 @@ from corral.store.records import (
     NodeRecord,
     QueueRecord,
     Release,
+    TokenRecord,
     UserRecord,
     WorkloadRecord,
 )
@@ -53,8 +58,9 @@ class Store(Database):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         usage.install(self)
-        # Token digest -> (user, when it was looked up); see `authenticate`.
-        self._tokens: dict[str, tuple[UserRecord, float]] = {}
+        # Token digest -> (user, when it was looked up, when the token expires); see
+        # `authenticate`.
+        self._tokens: dict[str, tuple[UserRecord, float, float | None]] = {}
         # Submissions waiting for a transaction (group commit, see `submit`).
         self._queue_lock = threading.Lock()
         self._queued: list[Submission] = []
@@ -163,22 +169,50 @@ class Store(Database):
             raise outcome
         return outcome
 
-    def submit_many(self, specs: Sequence[WorkloadSpec]) -> list[WorkloadRecord | Exception]:
+    def submit_many(
+        self,
+        specs: Sequence[WorkloadSpec],
+        keys: Sequence[Idempotency | None] | None = None,
+    ) -> list[WorkloadRecord | Exception]:
         """Add pending workloads in one transaction: for each, what `submit` would return
-        or raise. One bad submission fails no other."""
-        batch = [Submission(spec, time.time()) for spec in specs]
+        or raise. One bad submission fails no other. `keys`, one per spec: the request's
+        Idempotency-Key, written with its workload; a key used before gives `Replayed`."""
+        now = time.time()
+        batch = [
+            Submission(spec, now, idempotency=key)
+            for spec, key in zip(specs, keys or [None] * len(specs), strict=True)
+        ]
         with self.writing():
             self._submit_batch(batch)
         return [item.outcome() for item in batch]
 
-    def submit_all(self, specs: Sequence[WorkloadSpec]) -> list[WorkloadRecord]:
+    def submit_all(
+        self, specs: Sequence[WorkloadSpec], key: Idempotency | None = None
+    ) -> list[WorkloadRecord]:
         """Add pending workloads all together or not at all, in one transaction. The first
         submission that fails a check fails the whole; an Invalid names it by its place
-        (`at=("workloads", i)`)."""
-        batch = [Submission(spec, time.time()) for spec in specs]
+        (`at=("workloads", i)`). With `key` (the request's Idempotency-Key), the key is
+        written in the same transaction; a key used before raises `Replayed`."""
+        now = time.time()
+        batch = [Submission(spec, now) for spec in specs]
         with self.write(relevant=False) as session:
+            if key is not None:
+                seen = idempotency.find(session, [key]).get((key.user, key.key))
+                if seen is not None:
+                    raise seen
             written = workloads.insert_submissions(session, batch, atomic=True)
+            if key is not None:
+                idempotency.remember(session, key, [spec.name for spec in specs], now)
         return [record for _, record in written]
+
+    def replayed(self, replay: Replayed) -> list[WorkloadRecord]:
+        """The workloads an earlier request with the same Idempotency-Key created, as they
+        are now (those deleted since are left out)."""
+        with self.read() as session:
+            found = {
+                r.spec.name: r for r in workloads.list_workloads_named(session, replay.workloads)
+            }
+        return [found[name] for name in replay.workloads if name in found]
 
     def _submit_batch(self, batch: list[Submission]) -> None:
         # A new pending workload is not in a cycle's snapshot and changes nothing it
@@ -327,10 +361,32 @@ class Store(Database):
         with self._accounts() as session:
             accounts.set_unix_user(session, name, unix_user)
 
-    def create_token(self, user: str) -> str:
-        """A new token for the user."""
+    def create_token(
+        self, user: str, name: str | None = None, expires_at: float | None = None
+    ) -> tuple[str, int]:
+        """A new token for the user, named and expiring when given; it and its id."""
         with self._accounts() as session:
-            return accounts.create_token(session, user)
+            return accounts.create_token(session, user, name, expires_at)
+
+    def list_tokens(self, user: str | None = None) -> list[TokenRecord]:
+        """Tokens (of `user`, or of everyone), oldest first; never their values."""
+        with self.read() as session:
+            return accounts.list_tokens(session, user)
+
+    def token_owner(self, token_id: int) -> str:
+        """The name of the token's user; NotFound when there is no such token."""
+        with self.read() as session:
+            return accounts.token_owner(session, token_id)
+
+    def revoke_token(self, token_id: int) -> None:
+        """Revoke a token, at once: the remembered tokens are forgotten."""
+        with self._accounts() as session:
+            accounts.revoke_token(session, token_id)
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user and their tokens, at once: the remembered tokens are forgotten."""
+        with self._accounts() as session:
+            accounts.delete_user(session, name)
 
     def list_users(self) -> list[UserRecord]:
         """Every user, oldest first."""
@@ -338,25 +394,53 @@ class Store(Database):
             return accounts.list_users(session)
 
     def remembered(self, token: str) -> UserRecord | None:
-        """The token's user if `authenticate` found it a short while ago; no database."""
+        """The token's user if `authenticate` found it a short while ago and it has not
+        expired since; no database."""
         known = self._tokens.get(accounts.digest(token))
-        if known is not None and time.monotonic() - known[1] < TOKEN_CACHE_SECONDS:
-            return known[0]
-        return None
+        if known is None:
+            return None
+        user, looked_up, expires_at = known
+        if time.monotonic() - looked_up >= TOKEN_CACHE_SECONDS:
+            return None
+        if expires_at is not None and expires_at <= time.time():
+            return None
+        return user
 
     def authenticate(self, token: str) -> UserRecord | None:
-        """The token's user, or None. Users found are remembered for a short while (every
-        API request authenticates); a change to users, tokens or queues forgets them."""
+        """The token's user, or None (also for a revoked or expired token). Users found
+        are remembered for a short while (every API request authenticates); a change to
+        users, tokens or queues forgets them. The token's last use is written when it is
+        looked up, so it is exact to TOKEN_CACHE_SECONDS."""
         known = self.remembered(token)
         if known is not None:
             return known
         key = accounts.digest(token)
+        now = time.time()
         with self.read() as session:
-            found = accounts.token_user(session, key)
+            found = accounts.token_user(session, key, now)
         if found is None:
             return None
-        self._tokens[key] = (found, time.monotonic())
-        return found
+        with self.write(relevant=False) as session:
+            accounts.touch_token(session, key, now)
+        self._tokens[key] = (found[0], time.monotonic(), found[1])
+        return found[0]
+
+    # -- audit ---------------------------------------------------------------------------
+
+    def add_audit(self, records: Sequence[AuditRecord]) -> None:
+        """Write audit records, in one transaction."""
+        with self.write(relevant=False) as session:
+            audit.add_audit(session, records)
+
+    def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        """Audit records that pass `query`'s filters, oldest first."""
+        with self.read() as session:
+            return audit.list_audit(session, query)
+
+    def purge_idempotency(self) -> int:
+        """Forget Idempotency-Keys older than a day; returns how many."""
+        with self.write(relevant=False) as session:
+            return idempotency.purge(session, time.time())
 
     # -- summaries and checks ------------------------------------------------------------
 

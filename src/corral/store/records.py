@@ -94,6 +94,19 @@ class UserRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """What is shown of a token: never its value nor its digest."""
+
+    id: int
+    user: str
+    name: str | None
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+    last_used_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class TaskState:
     """One bound task as agents need it: where, on which devices, and its process."""
 

@@ -7,7 +7,7 @@ OpenAPI document (from which `corral.sdk.types` is generated): rename with care.
 
 from fastapi import APIRouter
 
-from corral.server.routers import cluster, nodes, queues, users, workloads
+from corral.server.routers import audit, cluster, nodes, queues, tokens, users, workloads
 
 ROUTERS: tuple[APIRouter, ...] = (
     queues.router,
@@ -15,5 +15,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     nodes.router,
     cluster.router,
     users.router,
+    tokens.router,
+    audit.router,
     cluster.health,
 )

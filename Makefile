@@ -25,8 +25,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The Ray tests start Ray clusters, which move the test process into a process group of
+# its own: they run in a pytest of their own that `timeout` kills directly.
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --ignore=tests/ray
+	timeout -s KILL 600 $(BIN)/pytest -q tests/ray
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_scale.py

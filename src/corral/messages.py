@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from corral.model import DEFAULT_GRACE_PERIOD
 from corral.model.telemetry import Sample
 
 
@@ -31,10 +32,13 @@ class TaskLaunch:
     workdir: str | None = None
     max_runtime: float | None = None
     # Seconds from SIGTERM to SIGKILL when the agent itself stops the task (max runtime).
-    grace: float = 30.0
+    grace: float = DEFAULT_GRACE_PERIOD
     # Set when the task already runs (after a restart): adopt it instead of starting it.
     pid: int | None = None
     proc_start: int | None = None
+    # The Unix account the task runs as when the agent runs as root (its submitter's);
+    # None when the submitter has none, and such a task is refused by a root agent.
+    unix_user: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -59,9 +63,17 @@ class Reports(Protocol):
         """The task's process runs."""
 
     def task_ended(
-        self, node: str, workload: str, task: int, exit_code: int | None, reason: str
+        self,
+        node: str,
+        workload: str,
+        task: int,
+        exit_code: int | None,
+        reason: str,
+        attempt: int | None = None,
     ) -> None:
-        """The task's process is gone; `exit_code` None when nobody knows how it ended."""
+        """The task's process is gone; `exit_code` None when nobody knows how it ended.
+        `attempt` is the attempt the process was launched for (`TaskLaunch.attempt`): the
+        end of an earlier attempt is not the end of the task bound now."""
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive."""

@@ -2,8 +2,13 @@
 helpers that find and kill every task process it started.
 
 Task processes run in their own sessions, so killing the server does not kill them. They
-are found by the data directory: the launcher's command line names its exit file under
-DATA_DIR/run, and every task's environment names DATA_DIR/checkpoints.
+are found by the data directory (the launcher's command line names its exit file under
+DATA_DIR/run) and by the workloads directory (every task's environment names its
+checkpoints there).
+
+Run as root (CI), the workloads directory is a fresh one under /tmp, since pytest's own
+temporary directories are 0700 and tasks that run as other accounts could not reach it,
+and the admin's tasks run as root as the tests always did: `--admin-unix-user root`.
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +39,7 @@ TERMINAL = ("succeeded", "failed")
 DEVICE_CHECK = """
 import os, sys, time
 mine = set(os.environ["CUDA_VISIBLE_DEVICES"].split(","))
-root = os.path.dirname(os.environ["CORRAL_CHECKPOINT_DIR"]) + "/"
+root = os.path.dirname(os.path.dirname(os.environ["CORRAL_CHECKPOINT_DIR"])) + "/"
 me = os.environ["CORRAL_WORKLOAD"]
 others = []
 for entry in os.listdir("/proc"):
@@ -99,26 +106,27 @@ def _read(path: str) -> bytes:
         return b""
 
 
-def processes_of(data_dir: Path) -> list[int]:
-    """Live (non-zombie) processes whose command line or environment names `data_dir`."""
-    marker = (str(data_dir).rstrip("/") + "/").encode()
+def processes_of(*folders: Path) -> list[int]:
+    """Live (non-zombie) processes whose command line or environment names one of
+    `folders`."""
+    markers = [(str(folder).rstrip("/") + "/").encode() for folder in folders]
     found = []
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
         pid = int(entry)
-        named = marker in _read(f"/proc/{pid}/cmdline") or marker in _read(f"/proc/{pid}/environ")
-        if named and running(pid):
+        seen = _read(f"/proc/{pid}/cmdline") + b"\0" + _read(f"/proc/{pid}/environ")
+        if any(marker in seen for marker in markers) and running(pid):
             found.append(pid)
     return found
 
 
-def kill_everything_of(data_dir: Path) -> list[int]:
-    """SIGKILL every process group that holds a live process of `data_dir` (a launcher
+def kill_everything_of(*folders: Path) -> list[int]:
+    """SIGKILL every process group that holds a live process of `folders` (a launcher
     leads its task's group). Returns the processes that were found, for reporting."""
     mine = os.getpgrp()
-    left = processes_of(data_dir)
+    left = processes_of(*folders)
     groups = set()
     for pid in left:
         with contextlib.suppress(OSError):
@@ -130,8 +138,17 @@ def kill_everything_of(data_dir: Path) -> list[int]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(AssertionError):
-        wait_until(lambda: not processes_of(data_dir), 15, "task processes to die")
+        wait_until(lambda: not processes_of(*folders), 15, "task processes to die")
     return left
+
+
+@dataclass(frozen=True)
+class Accounts:
+    """Real Unix accounts made for the tests: alice (also in `group`) and bob."""
+
+    alice: str
+    bob: str
+    group: str
 
 
 TASK_PID = re.compile(r"task (\d+) pid (\d+)")
@@ -148,6 +165,12 @@ class CorralUp:
     token: str = ""
     node: str = ""
     starts: int = 0
+    workloads_dir: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="corral-workloads-"))
+    )
+    admin_unix_user: str | None = "root" if os.geteuid() == 0 else None
+    # Extra variables for the server's environment (on top of this process's).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -169,11 +192,19 @@ class CorralUp:
             str(self.port),
             "--virtual-gpus",
             str(self.gpus),
+            "--workloads-dir",
+            str(self.workloads_dir),
         ]
+        if self.admin_unix_user is not None:
+            args += ["--admin-unix-user", self.admin_unix_user]
         with open(self.log, "ab") as handle:
             # Its own process group, so that teardown can kill it and nothing else.
             self.process = subprocess.Popen(
-                args, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+                args,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **self.env},
             )
         self.starts += 1
         process = self.process
@@ -207,7 +238,9 @@ class CorralUp:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
-        return kill_everything_of(self.data_dir)
+        left = kill_everything_of(self.data_dir, self.workloads_dir)
+        shutil.rmtree(self.workloads_dir, ignore_errors=True)
+        return left
 
     # -- the API ---------------------------------------------------------------------------
 

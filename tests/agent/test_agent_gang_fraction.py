@@ -48,7 +48,7 @@ def test_a_gang_gets_a_consistent_world_and_starts_whole(four: CorralUp) -> None
     assert {env["CORRAL_WORKLOAD"] for env in envs} == {"gang"}
     assert {env["CORRAL_PROJECT"] for env in envs} == {"research"}
     assert {env["CORRAL_CHECKPOINT_DIR"] for env in envs} == {
-        str(up.data_dir / "checkpoints" / "gang")
+        str(up.workloads_dir / "gang" / "checkpoints")
     }
     assert not any("CORRAL_GPU_FRACTION" in env for env in envs)
     # All three were bound at once.
@@ -115,5 +115,5 @@ def test_a_gang_that_cannot_fit_stays_pending_and_starts_nothing(corral_up: Serv
     assert kinds == {"submitted"}, kinds
     assert up.logs("too-big", 0)["tasks"] == []
     assert not (up.data_dir / "logs" / "too-big").exists()
-    assert processes_of(up.data_dir) == []
+    assert processes_of(up.data_dir, up.workloads_dir) == []
     assert up.get("/nodes")[0]["allocated_gpu"] == 0

@@ -165,9 +165,42 @@ def test_a_missing_executable_reports_127_and_says_why(
     assert "cannot start 'corral-test-no-such-program'" in log
 
 
-def test_a_missing_workdir_raises(tmp_path: Path, spawned: list[TaskProcess]) -> None:
-    with pytest.raises(OSError):
-        spawn(tmp_path, spawned, ["true"], workdir=str(tmp_path / "nowhere"))
+def test_a_missing_workdir_ends_the_task_126_and_says_why(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    # The launcher enters the working directory in the command's process, after it has
+    # become the task's account, so a missing one is the task's end, with its reason.
+    process = spawn(tmp_path, spawned, ["true"], workdir=str(tmp_path / "nowhere"))
+    assert wait_exit(process) == 126
+    assert process.ended() == (
+        126,
+        f"cannot enter the working directory {str(tmp_path / 'nowhere')!r} as the agent user",
+    )
+    log = (tmp_path / "logs" / "task-0.log").read_text()
+    assert "No such file or directory" in log
+
+
+def test_the_task_gets_exactly_the_environment_it_is_given(
+    tmp_path: Path, spawned: list[TaskProcess]
+) -> None:
+    os.environ["CORRAL_TEST_LAUNCHER_CANARY"] = "leaked"
+    try:
+        process = spawn_exact(tmp_path, spawned, ["/usr/bin/env"], {"ONLY": "this"})
+    finally:
+        del os.environ["CORRAL_TEST_LAUNCHER_CANARY"]
+    assert wait_exit(process) == 0
+    lines = (tmp_path / "logs" / "task-0.log").read_text().splitlines()
+    assert lines == ["ONLY=this"]
+
+
+def spawn_exact(
+    tmp_path: Path, spawned: list[TaskProcess], command: list[str], env: dict[str, str]
+) -> TaskProcess:
+    process = TaskProcess.spawn(
+        command, env, None, tmp_path / "logs" / "task-0.log", tmp_path / "run" / "task-0.exit"
+    )
+    spawned.append(process)
+    return process
 
 
 def test_the_command_killed_by_sigkill_reports_137(

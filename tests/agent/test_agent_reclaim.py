@@ -53,7 +53,7 @@ def test_reclaim_preempts_one_borrower_which_checkpoints_and_resumes(corral_up: 
     exit_file = up.data_dir / "run" / victim / "task-0.exit"
     wait_until(exit_file.exists, 20, "the victim's exit code")
     assert exit_file.read_text().strip() == "0"
-    checkpoints = up.data_dir / "checkpoints" / victim
+    checkpoints = up.workloads_dir / victim / "checkpoints"
     saved = preemption.load_latest(checkpoints)
     assert saved is not None and saved["step"] == step and saved["runs"] == 1
 

@@ -26,8 +26,10 @@ print("end", flush=True)
 
 def test_tasks_survive_a_kill_9_of_the_server_and_are_adopted(corral_up: Servers) -> None:
     up = corral_up(6, {"team": 6})
-    up.submit("keep", "team", [PYTHON, "-c", JOB, "8", "8"], gpu=1)
-    up.submit("keep-gang", "team", [PYTHON, "-c", JOB, "8", "8"], gpu=1, replicas=2)
+    # Long enough to outlive the restart on a loaded machine: a task that ended before the
+    # server came back would be reported, not adopted.
+    up.submit("keep", "team", [PYTHON, "-c", JOB, "15", "15"], gpu=1)
+    up.submit("keep-gang", "team", [PYTHON, "-c", JOB, "15", "15"], gpu=1, replicas=2)
     up.submit("vanish-retry", "team", [PYTHON, "-c", JOB, "60", "1"], gpu=1, backoff_limit=1)
     up.submit("vanish-fail", "team", [PYTHON, "-c", JOB, "60", "1"], gpu=1)
     tasks = [("keep", 0), ("keep-gang", 0), ("keep-gang", 1), ("vanish-retry", 0)]

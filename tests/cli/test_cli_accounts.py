@@ -88,10 +88,15 @@ def test_admins_create_users_and_tokens(server: Any, admin: Cli, api: httpx.Clie
     token = created.stdout.strip()
     assert "\n" not in token and token.startswith("crl_")
     assert "Created acct-alice (member of acct-proj)." in created.stderr
-    admin.ok("user", "create", "acct-viv", "--role", "viewer")
+    admin.ok("user", "create", "acct-viv", "--role", "viewer", "--unix-user", "vivian")
     listed = admin.ok("user", "list")
-    assert row(listed, "acct-alice") == ["acct-alice", "member", "acct-proj (member)"]
-    assert row(listed, "acct-viv") == ["acct-viv", "viewer", "-"]
+    assert row(listed, "acct-alice") == [
+        "acct-alice",
+        "member",
+        "acct-proj (member)",
+        "acct-alice",
+    ]
+    assert row(listed, "acct-viv") == ["acct-viv", "viewer", "-", "vivian"]
     assert admin.json("user", "list") == api.get("/users").json()
     second = admin.ok("user", "token", "acct-alice").strip()
     assert second != token
@@ -103,6 +108,7 @@ def test_admins_create_users_and_tokens(server: Any, admin: Cli, api: httpx.Clie
             "role": "member",
             "project": "acct-proj",
             "projects": [first],
+            "unix_user": "acct-alice",
         }
 
     # A second project, as its project-admin; then out of the first.
@@ -129,6 +135,9 @@ def test_user_errors(admin: Cli) -> None:
     assert admin.fails("user", "create", "acct-nobody", code=2) == "a member needs a project"
     assert admin.fails("user", "token", "acct-ghost", code=1) == "user 'acct-ghost' not found"
     assert admin.run("user", "create", "acct-x", "--role", "boss").returncode == 2
+    # Only the operator may map the admin to root, never a user created through the API.
+    root = admin.run("user", "create", "acct-r", "--role", "viewer", "--unix-user", "root")
+    assert root.returncode == 2 and "root" in root.stderr, root.stderr
 
 
 def test_a_member_submits_to_their_own_project_only(

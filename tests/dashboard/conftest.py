@@ -39,8 +39,14 @@ def corral(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corral]:
     log = data_dir.parent / f"{data_dir.name}-up.log"
     with open(log, "wb") as handle:
         # A session of its own, so that teardown kills its group and nothing else.
+        # As root (CI), the admin's tasks run as root, as they did before tasks ran as their
+        # submitters.
+        as_root = ["--admin-unix-user", "root"] if os.geteuid() == 0 else []
         process = subprocess.Popen(
-            [CORRAL, "up", "--virtual-gpus", "4", "--data-dir", str(data_dir), "--port", str(port)],
+            [
+                *(CORRAL, "up", "--virtual-gpus", "4", "--data-dir", str(data_dir)),
+                *("--port", str(port), *as_root),
+            ],
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -758,6 +758,7 @@ def test_whoami_and_users(api: Api) -> None:
         "role": "admin",
         "project": None,
         "projects": [],
+        "unix_user": None,  # the first admin has no Unix account unless the operator names one
     }
     name = unique("someone")
     response = api.admin.post(
@@ -771,6 +772,7 @@ def test_whoami_and_users(api: Api) -> None:
         "role": "member",
         "project": project["name"],
         "projects": [{"project": project["name"], "role": "member"}],
+        "unix_user": name,  # by default, the account of the same name
     }
     with api.client(token) as client:
         assert client.get("/whoami").json() == user

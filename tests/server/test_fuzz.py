@@ -1,4 +1,6 @@
-"""Schemathesis against the OpenAPI document of a live server, as its admin.
+"""Schemathesis against the OpenAPI document of a live server, as its admin: `corral server`
+on SQLite and on PostgreSQL, and `corral up` with its agent and virtual GPUs, where
+accepted workloads really run (every command is replaced by a short sleep first).
 
 Every operation gets generated requests, valid and invalid: the server must never answer
 5xx, every response must match the schema the document declares for it, and every status
@@ -17,7 +19,10 @@ fixture starts.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,7 +38,21 @@ from schemathesis.specs.openapi.checks import (
 )
 from server_support import Api
 
+# `corral up` is started by the agent tests' helper; pytest puts only this directory on
+# the import path.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "agent"))
+from livecorral import CorralUp
+
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
+# What any accepted workload runs, whatever the fuzzer wrote: it must not matter which
+# program a random string names. Environment variables that change how a process starts
+# are dropped for the same reason.
+HARMLESS = ["/bin/sleep", "0.2"]
+STARTUP_ENV = ("LD_", "PYTHON", "PATH")
+# Requests sent, by test, for the figures in docs/reliability.md; `counting` names the
+# test that runs.
+SENT: dict[str, int] = {}
+counting = [""]
 # No shrinking: a failure is reported with the request that reproduces it, and shrinking
 # a failure against a live server costs more time than it saves reading.
 FUZZ = settings(
@@ -47,7 +66,72 @@ FUZZ = settings(
 )
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@dataclass
+class AgentServer:
+    """`corral up` (server and agent in one process) with what the tests read of a server."""
+
+    up: CorralUp
+
+    @property
+    def api(self) -> str:
+        return f"{self.up.url}/api/v1"
+
+    @property
+    def token(self) -> str:
+        return self.up.token
+
+    def client(self) -> Any:
+        return self.up.client()
+
+    def stop(self) -> None:
+        """Kill it and every task it started (workload "0" sleeps for an hour)."""
+        self.up.close()
+
+
+def _confine(body: Any) -> None:
+    """Make a workload body that the server may accept harmless to run."""
+    if not isinstance(body, dict):
+        return
+    command = body.get("command", [])
+    if isinstance(command, list) and all(isinstance(word, str) for word in command):
+        # Also where none was given, so that accepted workloads run rather than fail.
+        body["command"] = list(HARMLESS)
+    env = body.get("env")
+    if isinstance(env, dict):
+        for key in [k for k in env if isinstance(k, str) and k.startswith(STARTUP_ENV)]:
+            del env[key]
+
+
+def before_call(context: Any, case: schemathesis.Case, kwargs: Any) -> None:
+    """Before every call: workloads submitted, alone or in a batch, run HARMLESS."""
+    path, body = case.operation.path, case.body
+    if case.method.upper() != "POST":
+        return
+    if path.endswith("/workloads"):
+        _confine(body)
+    elif path.endswith("/workloads/batch") and isinstance(body, dict):
+        workloads = body.get("workloads")
+        for workload in workloads if isinstance(workloads, list) else []:
+            _confine(workload)
+
+
+def after_call(context: Any, case: Any, response: Any) -> None:
+    """After every call: count it."""
+    SENT[counting[0]] = SENT.get(counting[0], 0) + 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hooks() -> Iterator[None]:
+    """Schemathesis runs these two hooks only when registered globally: for this module
+    alone, then."""
+    for hook in (before_call, after_call):
+        schemathesis.hook(hook)
+    yield
+    for hook in (before_call, after_call):
+        schemathesis.hooks.unregister(hook)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql", "agent"])
 def fuzz_server(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
@@ -56,40 +140,51 @@ def fuzz_server(
     """A server with something in it: a project, nodes, a running and a pending workload.
     They are named "0" and "1", the first strings Hypothesis tries for a name, so that
     generated paths find them (and, say, DELETE /nodes/0 removes a node with work)."""
-    db = request.getfixturevalue("postgres")() if request.param == "postgresql" else None
-    server = start_server(tmp_path_factory.mktemp(f"fuzz-{request.param}"), db)
+    data_dir = tmp_path_factory.mktemp(f"fuzz-{request.param}")
+    server: Any
+    if request.param == "agent":
+        server = AgentServer(CorralUp(data_dir, gpus=4).start())
+    else:
+        db = request.getfixturevalue("postgres")() if request.param == "postgresql" else None
+        server = start_server(data_dir, db)
     api = Api(server)
+    # With an agent, "0" runs for the whole module (and "1" waits for 16 GPUs).
+    command = {"command": ["/bin/sleep", "3600"]} if request.param == "agent" else {}
     for name in ("0", "1"):
         response = api.admin.post("/nodes", json={"name": name, "gpus": 4})
         assert response.status_code == 201, response.text
     response = api.admin.post("/queues", json={"name": "0", "deserved": 8})
     assert response.status_code == 201, response.text
-    api.submit("0", "", name="0", node_selector={})
-    api.submit("0", "", gpu=16, name="1", node_selector={})
+    api.submit("0", "", name="0", node_selector={}, **command)
+    api.submit("0", "", gpu=16, name="1", node_selector={}, **command)
     api.wait_status("0", "running")
     api.close()
     yield server
     server.stop()
 
 
-def _schema(server: Any, **config: Any) -> Any:
+def _schema(server: Any, counter: str, **config: Any) -> Any:
+    """The server's schema as schemathesis loads it; its requests are counted under
+    `counter`."""
+    counting[0] = counter
     settings = {
         "headers": {"Authorization": f"Bearer {server.token}"},
         # Every run starts afresh, and nothing is written to the working directory.
         "cache": {"enabled": False},
         **config,
     }
-    return schemathesis.openapi.from_url(
+    schema = schemathesis.openapi.from_url(
         f"{server.api}/openapi.json", config=schemathesis.Config.from_dict(settings)
     )
+    return schema
 
 
-def _fuzz(server: Any, checks: list[Callable[..., Any]]) -> list[str]:
+def _fuzz(server: Any, checks: list[Callable[..., Any]], counter: str) -> list[str]:
     """Run every operation with valid and with invalid data. Returns the failures, at
     most one per operation and kind of data, each with a request that reproduces it (the
     first failed check ends the search in that operation: fix it, and run again)."""
     failures = []
-    for result in _schema(server).get_all_operations():
+    for result in _schema(server, counter).get_all_operations():
         operation = result.ok()
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
@@ -108,17 +203,20 @@ def _fuzz(server: Any, checks: list[Callable[..., Any]]) -> list[str]:
 
 
 def test_no_server_error_responses_match_the_schema_status_codes_documented(
-    fuzz_server: Any,
+    fuzz_server: Any, request: pytest.FixtureRequest
 ) -> None:
-    failures = _fuzz(
-        fuzz_server, [not_a_server_error, response_schema_conformance, status_code_conformance]
-    )
+    checks = [not_a_server_error, response_schema_conformance, status_code_conformance]
+    failures = _fuzz(fuzz_server, checks, request.node.name)
+    print(f"\n{request.node.name}: {SENT.get(request.node.name, 0)} requests")
     assert not failures, "\n\n".join(failures)
 
 
-def test_stateful_no_server_error_and_responses_match_the_schema(fuzz_server: Any) -> None:
+def test_stateful_no_server_error_and_responses_match_the_schema(
+    fuzz_server: Any, request: pytest.FixtureRequest
+) -> None:
     schema = _schema(
         fuzz_server,
+        request.node.name,
         seed=1,
         workers=1,
         checks={
@@ -135,10 +233,12 @@ def test_stateful_no_server_error_and_responses_match_the_schema(fuzz_server: An
         generation={"max-examples": max(EXAMPLES, 40)},
     )
     failures: list[str] = []
-    scenarios = 0
+    scenarios = links = 0
     for event in engine.from_schema(schema).execute():
         if isinstance(event, events.ScenarioFinished):
             scenarios += 1
+            # A step that used a link: its request was built from an earlier response.
+            links += sum(1 for case in event.recorder.cases.values() if case.transition)
             for checks in event.recorder.checks.values():
                 for check in checks:
                     if check.failure_info is not None:
@@ -148,5 +248,10 @@ def test_stateful_no_server_error_and_responses_match_the_schema(fuzz_server: An
             failures.append(f"error: {getattr(event, 'value', None) or event.exception}")
         elif isinstance(event, events.EngineFinished):
             failures.extend(str(failure) for failure in event.failures)
+    print(
+        f"\n{request.node.name}: {SENT.get(request.node.name, 0)} requests in {scenarios} "
+        f"scenarios, {links} steps through links"
+    )
     assert scenarios > 0, "the stateful phase ran no scenario"
+    assert links > 0, "no step followed a link: the stateful run tested single operations"
     assert not failures, "\n\n".join(failures)

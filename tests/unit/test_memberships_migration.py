@@ -1,5 +1,6 @@
-"""Migration 0003_memberships on a store made by 0002: a user's project becomes a
-membership, their tokens survive, and workloads of before read with no secrets."""
+"""Migration 0003_memberships (0005_memberships.py, after 0003 and 0003_audit) on a store
+made by 0002: a user's project becomes a membership, their tokens survive, and workloads
+of before read with no secrets."""
 
 from __future__ import annotations
 

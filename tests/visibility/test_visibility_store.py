@@ -116,6 +116,23 @@ def test_ending_failing_and_losing_the_node_close_intervals(store: Store) -> Non
     assert store.get_workload("half").status == "pending"
 
 
+def test_the_end_of_an_earlier_attempt_does_not_end_the_task_bound_now(store: Store) -> None:
+    cluster(store)
+    submit(store, "w1", gpu=1.0)
+    bind(store, "w1", Placement(0, "n1", (0,), 1.0))
+    first = store.get_workload("w1").attempts
+    # Preempted, and bound again before the old process's end is reported.
+    store.apply(Decisions({}, (Eviction("w1", (0,), "preempt", "other", "test"),), {}, {}))
+    bind(store, "w1", Placement(0, "n1", (1,), 1.0))
+    assert store.get_workload("w1").attempts == first + 1
+    assert store.task_ended("w1", 0, 143, "preempted: for other", first) == []
+    record = store.get_workload("w1")
+    assert (record.status, record.attempts, len(open_allocations(store))) == ("running", 2, 1)
+    # The current attempt's end counts.
+    store.task_ended("w1", 0, 0, "exited with code 0", first + 1)
+    assert store.get_workload("w1").status == "succeeded"
+
+
 def age_allocation(store: Store, workload: str, seconds: float) -> None:
     """Pretend the workload was bound `seconds` ago."""
     with store.write() as session:
@@ -278,12 +295,13 @@ def test_upgrading_gives_running_work_an_open_interval(store: Store) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as connection:
         connection.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
+        # Tables of later migrations (0003_audit, 0003_memberships) go too, to start again
+        # from 0001.
+        for table in ("audit", "idempotency", "memberships", "secrets"):
+            connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         for table in ("allocations", "telemetry_state", "telemetry_hour", "telemetry_minute"):
             connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         connection.execute(sa.text("DROP TABLE IF EXISTS telemetry_raw"))
-        # Tables of later migrations (0003_memberships) go too, to upgrade from 0001.
-        for table in ("memberships", "secrets"):
-            connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         for table in ("tokens", "users", "placements", "task_groups", "workloads", "devices"):
             connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         connection.execute(sa.text("DROP TABLE IF EXISTS nodes"))

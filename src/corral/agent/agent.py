@@ -8,14 +8,26 @@ grace period, then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from corral.agent.identity import (
+    Identity,
+    default_workloads_dir,
+    identity_of,
+    own_identity,
+    switches_users,
+    task_environment,
+    unfit,
+    workload_directory,
+)
 from corral.agent.process import TaskProcess
 from corral.agent.telemetry import Holder, Sampler, interval_from_env
 from corral.messages import Reports, TaskLaunch, TaskStop
@@ -31,6 +43,8 @@ class _Task:
     stop_reason: str | None = None
     kill_at: float | None = None
     deadline: float | None = None  # max runtime
+    # Why the agent gave up on it (it could not be adopted, say); reported as its end.
+    failure: str | None = None
 
 
 class Agent:
@@ -45,9 +59,14 @@ class Agent:
         poll_interval: float = 0.2,
         devices: tuple[Device, ...] = (),
         sample_interval: float | None = None,
+        workloads_dir: Path | None = None,
+        run_as_submitter: bool | None = None,
     ) -> None:
         self.node = node
         self.data_dir = data_dir
+        self.workloads_dir = workloads_dir or default_workloads_dir(data_dir)
+        # As root, each task runs as its submitter's account (see corral.agent.identity).
+        self.run_as_submitter = switches_users() if run_as_submitter is None else run_as_submitter
         self.reports = reports
         self.heartbeat_interval = heartbeat_interval
         self.poll_interval = poll_interval
@@ -68,6 +87,10 @@ class Agent:
     def exit_path(self, workload: str, task: int) -> Path:
         return self.data_dir / "run" / workload / f"task-{task}.exit"
 
+    def telemetry_path(self, workload: str, task: int) -> Path:
+        """Where a task declares its utilisation: in its workload's own directory."""
+        return self.workloads_dir / workload / f"task-{task}.util"
+
     # -- orders from the server ----------------------------------------------------------
 
     def start(self, launches: list[TaskLaunch]) -> None:
@@ -77,16 +100,23 @@ class Agent:
                     continue
                 task = _Task(launch)
                 if launch.pid is not None and launch.proc_start is not None:
-                    task.process = TaskProcess.adopt(
-                        launch.pid,
-                        launch.proc_start,
-                        self.exit_path(launch.workload, launch.task),
-                    )
-                    if launch.max_runtime is not None:
-                        # Counted from when the process started, not from the adoption.
-                        task.deadline = task.process.started_at + launch.max_runtime
+                    try:
+                        self._adopt(task, launch.pid, launch.proc_start)
+                    except Exception as error:
+                        # That task's failure, reported by the next tick; never the others'.
+                        log.exception("cannot adopt %s/%s", launch.workload, launch.task)
+                        task.failure = f"could not be adopted: {error}"
                 self._tasks[launch.key] = task
         self.tick()
+
+    def _adopt(self, task: _Task, pid: int, proc_start: int) -> None:
+        launch = task.launch
+        task.process = TaskProcess.adopt(
+            pid, proc_start, self.exit_path(launch.workload, launch.task)
+        )
+        if launch.max_runtime is not None:
+            # Counted from when the process started, not from the adoption.
+            task.deadline = task.process.started_at + launch.max_runtime
 
     def stop(self, stops: list[TaskStop]) -> None:
         with self._lock:
@@ -112,7 +142,11 @@ class Agent:
     # -- the loop ------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Start tasks whose devices are free, notice ended ones, kill overdue ones."""
+        """Start tasks whose devices are free, notice ended ones, kill overdue ones.
+
+        A task the agent cannot handle (start, watch, stop) is that task's failure,
+        reported as its end; it never stops the other tasks, the reports or the heartbeat,
+        so `tick` does not raise because of one task."""
         ended: list[tuple[_Task, int | None, str]] = []
         started: list[_Task] = []
         with self._lock:
@@ -125,53 +159,107 @@ class Agent:
                     for device, share in _shares(held.launch):
                         busy[device] = busy.get(device, 0.0) + share
             for key, task in list(self._tasks.items()):
-                process = task.process
-                if process is None:
-                    shares = _shares(task.launch)
-                    free = all(busy.get(d, 0.0) + s <= 1.0 + 1e-9 for d, s in shares)
-                    if task.stop_reason is None and free:
-                        problem = self._spawn(task)
-                        if problem is not None:
-                            del self._tasks[key]
-                            ended.append((task, None, problem))
-                            continue
-                        for device, share in shares:
-                            busy[device] = busy.get(device, 0.0) + share
-                        started.append(task)
-                    continue
-                outcome = process.ended()
+                try:
+                    outcome = self._advance(task, now, busy, started)
+                except Exception as error:
+                    log.exception("cannot handle %s/%s", task.launch.workload, task.launch.task)
+                    outcome = (None, f"the agent could not handle it: {error}")
+                    if task.process is not None:
+                        # Given up on: it must not hold its devices unseen.
+                        with contextlib.suppress(Exception):
+                            task.process.signal(signal.SIGKILL)
                 if outcome is not None:
-                    code, why = outcome
                     del self._tasks[key]
-                    ended.append((task, code, task.stop_reason or why or _exit_reason(code)))
-                    continue
-                if task.kill_at is not None and now >= task.kill_at:
-                    process.signal(signal.SIGKILL)
-                elif task.deadline is not None and now >= task.deadline and not task.stop_reason:
-                    task.stop_reason = "exceeded its maximum runtime"
-                    task.kill_at = now + task.launch.grace
-                    process.signal(signal.SIGTERM)
+                    ended.append((task, *outcome))
+        self._report(started, ended)
+
+    def _advance(
+        self, task: _Task, now: float, busy: dict[int, float], started: list[_Task]
+    ) -> tuple[int | None, str] | None:
+        """One task's step: start it, notice its end, or stop it when overdue. Its exit code
+        and why it ended, when it did."""
+        if task.failure is not None:
+            return None, task.failure
+        process = task.process
+        if process is None:
+            shares = _shares(task.launch)
+            free = all(busy.get(d, 0.0) + s <= 1.0 + 1e-9 for d, s in shares)
+            if task.stop_reason is None and free:
+                problem = self._spawn(task)
+                if problem is not None:
+                    return None, problem
+                for device, share in shares:
+                    busy[device] = busy.get(device, 0.0) + share
+                started.append(task)
+            return None
+        outcome = process.ended()
+        if outcome is not None:
+            code, why = outcome
+            return code, task.stop_reason or why or _exit_reason(code)
+        if task.kill_at is not None and now >= task.kill_at:
+            process.signal(signal.SIGKILL)
+        elif task.deadline is not None and now >= task.deadline and not task.stop_reason:
+            task.stop_reason = "exceeded its maximum runtime"
+            task.kill_at = now + task.launch.grace
+            process.signal(signal.SIGTERM)
+        return None
+
+    def _report(self, started: list[_Task], ended: list[tuple[_Task, int | None, str]]) -> None:
+        """Tell the server; one report that fails (a busy store) loses neither the others
+        nor the heartbeat, and the reconciler resends what went missing."""
         reports = self.reports
         if reports is None:
             return
+        calls: list[tuple[str, Callable[[], None]]] = []
         for task in started:
-            assert task.process is not None
-            reports.task_started(
-                self.node,
-                task.launch.workload,
-                task.launch.task,
-                task.process.pid,
-                task.process.proc_start,
+            process = task.process
+            assert process is not None
+            launch = task.launch
+            calls.append(
+                (
+                    "task started",
+                    partial(
+                        reports.task_started,
+                        self.node,
+                        launch.workload,
+                        launch.task,
+                        process.pid,
+                        process.proc_start,
+                    ),
+                )
             )
         for task, exit_code, reason in ended:
-            reports.task_ended(self.node, task.launch.workload, task.launch.task, exit_code, reason)
+            launch = task.launch
+            calls.append(
+                (
+                    "task ended",
+                    partial(
+                        reports.task_ended,
+                        self.node,
+                        launch.workload,
+                        launch.task,
+                        exit_code,
+                        reason,
+                        launch.attempt,
+                    ),
+                )
+            )
         if time.time() - self._last_heartbeat >= self.heartbeat_interval:
             self._last_heartbeat = time.time()
-            reports.heartbeat(self.node)
+            calls.append(("heartbeat", partial(reports.heartbeat, self.node)))
         if self.sampler is not None and self.sampler.due(time.time()):
-            samples = self.sampler.sample(time.time(), self._holders())
-            if samples:
-                reports.samples(self.node, samples)
+            calls.append(("telemetry", self._send_samples))
+        for what, call in calls:
+            try:
+                call()
+            except Exception:
+                log.exception("reporting %s failed", what)
+
+    def _send_samples(self) -> None:
+        assert self.sampler is not None and self.reports is not None
+        samples = self.sampler.sample(time.time(), self._holders())
+        if samples:
+            self.reports.samples(self.node, samples)
 
     def _holders(self) -> list[Holder]:
         """The tasks whose processes run, as telemetry attributes samples to them."""
@@ -184,7 +272,7 @@ class Agent:
                     task.launch.gpu,
                     task.process.pid,
                     task.process.started_at,
-                    task.launch.env.get("CORRAL_TELEMETRY_FILE"),
+                    str(self.telemetry_path(task.launch.workload, task.launch.task)),
                 )
                 for task in self._tasks.values()
                 if task.process is not None
@@ -195,23 +283,61 @@ class Agent:
         launch = task.launch
         if not launch.command:
             return "the workload has no command to run"
-        env = dict(os.environ)
-        env.update(launch.env)
+        problem = unfit(launch.command, launch.env, launch.workdir)
+        if problem is not None:
+            return f"could not start: {problem}"
         try:
-            task.process = TaskProcess.spawn(
+            identity = self._identity(launch)
+        except LookupError as error:
+            return f"cannot run as its submitter: {error}"
+        try:
+            folder = workload_directory(self.workloads_dir, launch.workload, identity)
+            variables = dict(launch.env)
+            variables["CORRAL_CHECKPOINT_DIR"] = str(folder / "checkpoints")
+            variables["CORRAL_TELEMETRY_FILE"] = str(
+                self.telemetry_path(launch.workload, launch.task)
+            )
+            task.process = self.spawn_process(
                 list(launch.command),
-                env,
-                launch.workdir,
+                task_environment(variables, identity),
+                # A relative working directory is taken from the workload's own.
+                str(folder / launch.workdir) if launch.workdir else str(folder),
                 self.log_path(launch.workload, launch.task),
                 self.exit_path(launch.workload, launch.task),
+                user=identity.name if self.run_as_submitter else None,
             )
-        except OSError as error:
-            # The launcher itself could not start (a missing working directory, say).
+        except Exception as error:
+            # Whatever it is (a launcher that cannot start, a value the kernel refuses),
+            # it is this task's failure, not the agent's.
             log.warning("cannot start %s/%s: %s", launch.workload, launch.task, error)
-            return f"could not start: {error.strerror or error}"
+            detail = error.strerror if isinstance(error, OSError) and error.strerror else error
+            return f"could not start: {detail}"
         if launch.max_runtime is not None:
             task.deadline = time.time() + launch.max_runtime
         return None
+
+    def _identity(self, launch: TaskLaunch) -> Identity:
+        """The account the task runs as: its submitter's on a root agent, else ours."""
+        if not self.run_as_submitter:
+            return own_identity()
+        if launch.unix_user is None:
+            raise LookupError(
+                "its submitter has no Unix account, and tasks on this node run as their "
+                "submitter (`corral user create NAME --unix-user ACCOUNT`)"
+            )
+        return identity_of(launch.unix_user)
+
+    def spawn_process(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        workdir: str | None,
+        log: Path,
+        exit: Path,
+        user: str | None = None,
+    ) -> TaskProcess:
+        """Start one task's process group (agents under Ray start it detached and fenced)."""
+        return TaskProcess.spawn(command, env, workdir, log, exit, user=user)
 
     def run(self) -> None:
         while not self._stop.is_set():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from corral.agent.identity import SAFE_PATH
 
 
 def process_start(pid: int) -> int | None:
@@ -64,31 +67,89 @@ class TaskProcess:
         workdir: str | None,
         log_path: Path,
         exit_file: Path,
+        user: str | None = None,
+        launcher_options: tuple[str, ...] = (),
     ) -> TaskProcess:
-        """Start `command` in a new process group, output appended to `log_path`."""
+        """Start `command` in a new process group, output appended to `log_path`, with
+        exactly the environment `env`, as the Unix account `user` when given (and this
+        process is root), in `workdir` when given."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         exit_file.parent.mkdir(parents=True, exist_ok=True)
         exit_file.unlink(missing_ok=True)
+        options = ["--exit-file", str(exit_file)]
+        if user is not None:
+            options += ["--user", user]
+        if workdir:
+            options += ["--workdir", workdir]
         with open(log_path, "ab") as log:
+            # -I and cwd "/": the launcher may keep root, so neither PYTHON* variables nor
+            # a module in a directory a user can write may change what it imports.
             popen = subprocess.Popen(
                 [
                     sys.executable,
+                    "-I",
                     "-m",
                     "corral.agent.launch",
-                    "--exit-file",
-                    str(exit_file),
+                    *launcher_options,
+                    *options,
                     "--",
                     *command,
                 ],
-                cwd=workdir or None,
-                env=env,
-                stdin=subprocess.DEVNULL,
+                cwd="/",
+                env={"PATH": SAFE_PATH},
+                stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        try:
+            assert popen.stdin is not None
+            with popen.stdin:
+                popen.stdin.write(json.dumps(env).encode())
+        except OSError:
+            # The launcher died before reading its environment.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait()
+            raise
         started = process_start(popen.pid) or 0
         return cls(popen.pid, started, exit_file, time.time(), popen)
+
+    @classmethod
+    def spawn_detached(
+        cls,
+        command: list[str],
+        env: dict[str, str],
+        workdir: str | None,
+        log_path: Path,
+        exit_file: Path,
+        launcher_options: tuple[str, ...] = (),
+        user: str | None = None,
+    ) -> TaskProcess:
+        """Like `spawn`, but the launcher leaves our process tree (`--detach`), so that
+        whatever kills this process's children (a Ray worker whose raylet died) does not
+        kill it; it is then watched like an adopted task. `launcher_options` are passed
+        to the launcher (`--lease FILE --fence SECONDS`)."""
+        pid_file = exit_file.with_suffix(".pid")
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.unlink(missing_ok=True)
+        first = cls.spawn(
+            command,
+            env,
+            workdir,
+            log_path,
+            exit_file,
+            user,
+            ("--detach", str(pid_file), *launcher_options),
+        )
+        assert first.popen is not None
+        first.popen.wait()
+        pid = int(pid_file.read_text())
+        proc_start = process_start(pid)
+        if proc_start is None:
+            # Ended already; its exit file tells how.
+            return cls(pid, 0, exit_file, time.time(), None)
+        return cls(pid, proc_start, exit_file, time.time(), None)
 
     @classmethod
     def adopt(cls, pid: int, proc_start: int, exit_file: Path) -> TaskProcess:

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -144,14 +145,25 @@ def attribute_measured(
     return found
 
 
+def _read_small(path: str, limit: int = 4096) -> bytes:
+    """A small regular file, read without following a symlink or waiting: the file is the
+    task's, and a FIFO or a link to another file must not stall or mislead the agent."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
 def read_declaration(path: str | None, now: float, since: float, stale: float) -> tuple[float, int]:
     """(utilisation, memory) a task declared in its telemetry file: (0, 0) when there is
     none, it cannot be read, it predates the task, or it is older than `stale` seconds."""
     if not path:
         return 0.0, 0
     try:
-        with open(path) as handle:
-            data = json.load(handle)
+        data = json.loads(_read_small(path))
         at = float(data["time"])
         utilization = float(data["utilization"])
         memory = int(data.get("memory") or 0)

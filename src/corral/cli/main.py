@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from corral.cli.audit import audit_command
 from corral.cli.common import CliState
 from corral.cli.config import login_command
 from corral.cli.demo import demo_command
@@ -20,6 +21,7 @@ from corral.cli.secrets import secret_app
 from corral.cli.server import server_command
 from corral.cli.simulate import simulate
 from corral.cli.submit import SubmitCommand, apply_command, submit_command
+from corral.cli.tokens import token_app
 from corral.cli.up import up_command
 from corral.cli.users import user_app
 from corral.cli.workloads import (
@@ -56,6 +58,8 @@ app.command("server")(server_command)
 app.command("login")(login_command)
 app.add_typer(user_app, name="user")
 app.add_typer(secret_app, name="secret")
+app.add_typer(token_app, name="token")
+app.command("audit")(audit_command)
 app.add_typer(project_app, name="project")
 app.command("queues")(queues_command)
 app.command("submit", cls=SubmitCommand)(submit_command)

@@ -5,7 +5,15 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.common import reported_errors
+from corral.cli.common import CliError, reported_errors
+from corral.cli.ray_options import (
+    AgentDir,
+    CheckpointRoot,
+    FenceTimeout,
+    LossTimeout,
+    RayAddress,
+    ray_options,
+)
 
 
 def server_command(
@@ -34,9 +42,35 @@ def server_command(
             show_default="DATA_DIR/secret-key, created on the first start",
         ),
     ] = None,
+    ray: RayAddress = None,
+    checkpoint_root: CheckpointRoot = None,
+    loss_timeout: LossTimeout = 10.0,
+    fence_timeout: FenceTimeout = 4.0,
+    agent_dir: AgentDir = "~/.local/share/corral-agent",
+    admin_unix_user: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-unix-user",
+            help="The Unix account the admin's tasks run as on agents that run as root "
+            "(without it they are refused there).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Run the server: the REST API and the scheduler loop."""
+    """Run the server: the REST API and the scheduler loop; with --ray, also an agent on
+    every node of a Ray cluster (no agent otherwise)."""
     from corral.server import DEFAULT_DATA_DIR, serve
 
     with reported_errors(ctx):
-        serve(data_dir or DEFAULT_DATA_DIR, db, host, port, secret_key_file)
+        if checkpoint_root is not None and ray is None:
+            raise CliError("--checkpoint-root needs --ray: corral server alone runs no task")
+        options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
+        serve(
+            data_dir or DEFAULT_DATA_DIR,
+            db,
+            host,
+            port,
+            options,
+            admin_unix_user,
+            secret_key_file,
+        )

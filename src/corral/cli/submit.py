@@ -7,7 +7,6 @@ whose answer names each bad field.
 
 import re
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -24,6 +23,7 @@ from corral.cli.common import (
 )
 from corral.cli.config import connect
 from corral.model import PRIORITY_CLASSES, resolve_priority
+from corral.scenario.yamlio import BoundedLoader, YamlLimitError, read_text
 from corral.sdk import ApiError, Client
 from corral.sdk.types import WorkloadOut
 
@@ -337,11 +337,13 @@ def _read_documents(file: str) -> list[dict[str, Any]]:
     """The file's non-empty YAML documents, each a mapping."""
     source = _source(file)
     try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text()
+        text = read_text(sys.stdin if file == "-" else file)
     except (OSError, UnicodeDecodeError) as error:
         raise InvalidInput(f"{source}: cannot read it: {error}") from None
+    except YamlLimitError as error:
+        raise InvalidInput(f"{source}: {error.problem}") from None
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        documents = [doc for doc in yaml.load_all(text, Loader=BoundedLoader) if doc is not None]
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

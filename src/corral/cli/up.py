@@ -6,6 +6,14 @@ from typing import Annotated
 import typer
 
 from corral.cli.common import EXIT_INVALID, reported_errors
+from corral.cli.ray_options import (
+    AgentDir,
+    CheckpointRoot,
+    FenceTimeout,
+    LossTimeout,
+    RayAddress,
+    ray_options,
+)
 
 
 def up_command(
@@ -14,7 +22,7 @@ def up_command(
         Path | None,
         typer.Option(
             "--data-dir",
-            help="Where the store, logs, checkpoints and the admin token live.",
+            help="Where the store, logs and the admin token live (made 0700).",
             show_default="~/.local/share/corral",
         ),
     ] = None,
@@ -42,8 +50,32 @@ def up_command(
     label: Annotated[
         list[str] | None, typer.Option("--label", help="A node label k=v (repeatable).")
     ] = None,
+    workloads_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workloads-dir",
+            help="Where each workload's own directory (checkpoints, telemetry) lives; "
+            "outside the data directory, and passable by every account when run as root.",
+            show_default="DATA_DIR-workloads",
+        ),
+    ] = None,
+    admin_unix_user: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-unix-user",
+            help="The Unix account the admin's tasks run as when corral runs as root "
+            "(without it they are refused there).",
+            show_default=False,
+        ),
+    ] = None,
+    ray: RayAddress = None,
+    checkpoint_root: CheckpointRoot = None,
+    loss_timeout: LossTimeout = 10.0,
+    fence_timeout: FenceTimeout = 4.0,
+    agent_dir: AgentDir = "~/.local/share/corral-agent",
 ) -> None:
-    """Start corral on this machine: the server and an agent for its GPUs, real or virtual."""
+    """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
+    With --ray, the server and an agent on every node of a Ray cluster."""
     from corral.model import parse_memory
     from corral.server import DEFAULT_DATA_DIR
     from corral.server.main import up
@@ -60,7 +92,16 @@ def up_command(
     except ValueError as error:
         typer.secho(f"--virtual-gpu-memory: {error}", fg="red", err=True)
         raise typer.Exit(EXIT_INVALID) from None
+    if ray is not None and virtual_gpus is not None:
+        typer.secho(
+            "--virtual-gpus does not apply with --ray: give Ray nodes a corral_virtual_gpus"
+            " resource instead",
+            fg="red",
+            err=True,
+        )
+        raise typer.Exit(EXIT_INVALID)
     with reported_errors(ctx):
+        options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
         up(
             data_dir or DEFAULT_DATA_DIR,
             db,
@@ -70,4 +111,7 @@ def up_command(
             virtual_gpu_model,
             memory,
             labels,
+            workloads_dir or checkpoint_root,
+            admin_unix_user,
+            options,
         )

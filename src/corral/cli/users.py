@@ -1,5 +1,5 @@
-"""`corral user create|list|token|add-project|remove-project`: accounts, the projects they
-belong to, and their tokens, for admins.
+"""`corral user create|list|token|delete|add-project|remove-project`: accounts, the projects
+they belong to, and their tokens, for admins.
 
 A user's role is global: an admin does everything, a viewer reads every project, a member
 reads and submits in the projects they belong to, as a `member` (manages their own
@@ -48,10 +48,19 @@ def create_command(
             "project; admin: everything.",
         ),
     ] = "member",
+    unix_user: Annotated[
+        str | None,
+        typer.Option(
+            "--unix-user",
+            help="The Unix account their tasks run as when corral runs as root "
+            "(default: the account named like the user; never root).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create a user and print their first token."""
     with reported_errors(ctx), connect() as client:
-        issued = client.create_user(name, role, project)
+        issued = client.create_user(name, role, project, unix_user)
     user = describe_user(issued["user"], role, project)
     typer.echo(f"Created {user}. Their token, shown only this once:", err=True)
     typer.echo(issued["token"])
@@ -102,6 +111,14 @@ def _projects(memberships: list[MembershipOut]) -> str:
     return ", ".join(f"{m['project']} ({m['role']})" for m in memberships) or "-"
 
 
+@user_app.command("delete")
+def delete_command(ctx: typer.Context, name: Name) -> None:
+    """Delete a user; their tokens stop working at once. Their workloads stay."""
+    with reported_errors(ctx), connect() as client:
+        client.delete_user(name)
+    typer.echo(f"Deleted {name}; their tokens no longer work.")
+
+
 @user_app.command("list")
 def list_command(
     ctx: typer.Context,
@@ -114,8 +131,10 @@ def list_command(
         print_json(users)
         return
     table = Table()
-    for column in ("user", "role", "projects"):
+    for column in ("user", "role", "projects", "unix user"):
         table.add_column(column)
     for user in users:
-        table.add_row(user["name"], user["role"], _projects(user["projects"]))
+        table.add_row(
+            user["name"], user["role"], _projects(user["projects"]), user["unix_user"] or "-"
+        )
     Console().print(table)

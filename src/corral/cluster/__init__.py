@@ -9,6 +9,11 @@ with what its agent runs, so that a lost message or a restart heals by itself.
 On one machine the agents run in the server's process (`corral.cluster.local`); on many
 they are Ray actors. Without a cluster, decisions are recorded and nothing is started,
 which is how the scheduler is tested and how a dry-run server behaves.
+
+A cluster may also offer `rendezvous(workload, attempt, node) -> (address, port)`: rank
+0's node address and a port its agent found free, for a gang's MASTER_ADDR and
+MASTER_PORT (else a port free on the server's machine), and `checkpoint_root`: storage
+every node sees, where checkpoints go instead of the server's data directory.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ class LocalCluster:
     def __init__(self, agents: list[Agent]) -> None:
         self.agents = {agent.node: agent for agent in agents}
 
+    @property
+    def run_as_submitter(self) -> bool:
+        """True when its agents run tasks as their submitters (they run as root)."""
+        return any(agent.run_as_submitter for agent in self.agents.values())
+
     def connect(self, reports: Reports) -> None:
         for agent in self.agents.values():
             agent.reports = reports

@@ -4,10 +4,22 @@
 gives the snapshot that follows from them; `corral plan` calls these two functions. A
 `Scheduler` is `schedule` for a run of snapshots of one cluster that keeps the state of
 running work from one cycle to the next (the server's scheduler loop and the simulator
-use it); its decisions are the same.
+use it); its decisions are the same. Input the engine must refuse raises an EngineError
+(a ValueError): a SnapshotError or a ConfigError.
 """
 
 from corral.engine.cycle import Scheduler, apply_decisions, schedule
+from corral.engine.errors import ConfigError, EngineError, SnapshotError
 from corral.engine.fairshare import Claim, divide, divide_tree
 
-__all__ = ["Claim", "Scheduler", "apply_decisions", "divide", "divide_tree", "schedule"]
+__all__ = [
+    "Claim",
+    "ConfigError",
+    "EngineError",
+    "Scheduler",
+    "SnapshotError",
+    "apply_decisions",
+    "divide",
+    "divide_tree",
+    "schedule",
+]

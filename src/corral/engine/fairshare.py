@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Protocol
 
+from corral.engine.kinds import DIMENSIONS
 from corral.model.resources import EPSILON
 
 
@@ -101,7 +102,7 @@ def divide_tree(siblings: Sequence[Claimant], amounts: Sequence[float]) -> dict[
     """Fair shares of GPU, CPU and memory by queue name: `amounts` divided among
     `siblings`, then each one's share among its children, level by level."""
     shares: dict[str, list[float]] = {queue.name: [0.0, 0.0, 0.0] for queue in siblings}
-    for resource in range(3):
+    for resource in DIMENSIONS:
         claims = [
             Claim(
                 deserved=queue.deserved[resource],

@@ -17,32 +17,22 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
 
-from corral.engine.state import QueueState, WorkloadState
+from corral.engine.kinds import DIMENSIONS, GPU, Request
+from corral.engine.state import Candidate, QueueState
 from corral.model.resources import EPSILON
 
-Request = tuple[float, float, float]
 QueueKey = tuple[int, int, float, float, int]
 
 
-@dataclass(slots=True)
-class Candidate:
-    """Tasks of one workload to place together: its minimum gang, or one growth task."""
-
-    workload: WorkloadState
-    tasks: list[int]
-    request: Request
-    growth: bool
-
-
 def queue_key(queue: QueueState, request: Request) -> QueueKey:
+    """The sort key of a queue among its siblings, with `request` added (see above)."""
     alloc = queue.alloc
     deserved = queue.deserved
     allotments = queue.allotment
     starved = True
     share = 0.0
-    for resource in range(3):
+    for resource in DIMENSIONS:
         amount = alloc[resource] + request[resource]
         if amount > deserved[resource] + EPSILON:
             starved = False
@@ -50,7 +40,7 @@ def queue_key(queue: QueueState, request: Request) -> QueueKey:
         if math.isinf(allotment) or amount <= EPSILON:
             continue
         share = math.inf if allotment <= EPSILON else max(share, amount / allotment)
-    return (0 if starved else 1, -queue.priority, share, alloc[0] + request[0], queue.age)
+    return (0 if starved else 1, -queue.priority, share, alloc[GPU] + request[GPU], queue.age)
 
 
 class FairOrder:
@@ -89,6 +79,7 @@ class FairOrder:
             self._refresh(queue)
 
     def refresh_all(self, queues: list[QueueState]) -> None:
+        """Compute the keys of every queue, deepest first (after adding candidates)."""
         for queue in sorted(queues, key=lambda queue: -len(queue.path)):
             self._refresh(queue)
 

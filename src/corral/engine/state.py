@@ -10,22 +10,22 @@ simulate, then commit or roll back. A state may be kept from one cycle to the ne
 Free capacity is indexed so that placement does not scan every node for every task:
 nodes are bucketed by their number of wholly free devices, and partly used devices
 sit in one list sorted by their free fraction.
+
+A workload's state and the candidates the actions try to place (`WorkloadState`,
+`Candidate`) refer to each other, so both live here, below the fairness order.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
 
 from corral.engine.fragmentation import Shape
+from corral.engine.kinds import CPU, GPU, MEMORY, Request
 from corral.model import Node, Placement, Queue, Resources, TaskGroup, Workload
 from corral.model.resources import EPSILON
-
-if TYPE_CHECKING:
-    from corral.engine.ordering import Candidate
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -136,9 +136,9 @@ class WorkloadState:
     # Placements of tasks started this cycle.
     started: dict[int, Placement] = field(default_factory=dict)
     reason: str | None = None
-    # GPU, CPU and memory of all its tasks as the cycle began (see Cycle.request_of), and
-    # the shapes of its tasks: kept with the workload from one cycle to the next.
-    demand: tuple[float, float, float] | None = None
+    # GPU, CPU and memory of all its tasks as the cycle began (see Session.request_of),
+    # and the shapes of its tasks: kept with the workload from one cycle to the next.
+    demand: Request | None = None
     # Its minimum gang as a candidate for placement, while no task runs.
     gang: Candidate | None = None
     shapes: list[tuple[Shape, int]] | None = None
@@ -157,6 +157,16 @@ class WorkloadState:
     def unplaced(self) -> list[int]:
         """Task numbers not running, lowest first."""
         return [task for task in range(len(self.tasks)) if task not in self.running]
+
+
+@dataclass(slots=True)
+class Candidate:
+    """Tasks of one workload to place together: its minimum gang, or one growth task."""
+
+    workload: WorkloadState
+    tasks: list[int]
+    request: Request
+    growth: bool
 
 
 _BIND = 0
@@ -345,24 +355,25 @@ class ClusterState:
         preemptible = workload.preemptible
         for queue in workload.queue.path:
             alloc = queue.alloc
-            alloc[0] += sign * amounts[0]
-            alloc[1] += sign * amounts[1]
-            alloc[2] += sign * amounts[2]
+            alloc[GPU] += sign * amounts[GPU]
+            alloc[CPU] += sign * amounts[CPU]
+            alloc[MEMORY] += sign * amounts[MEMORY]
             if not preemptible:
                 np_alloc = queue.np_alloc
-                np_alloc[0] += sign * amounts[0]
-                np_alloc[1] += sign * amounts[1]
-                np_alloc[2] += sign * amounts[2]
+                np_alloc[GPU] += sign * amounts[GPU]
+                np_alloc[CPU] += sign * amounts[CPU]
+                np_alloc[MEMORY] += sign * amounts[MEMORY]
 
 
-def amounts_fit(used: list[float], request: tuple[float, float, float], cap: list[float]) -> bool:
+def amounts_fit(used: list[float], request: Request, cap: list[float]) -> bool:
     """used + request <= cap on every resource, with rounding slack."""
     return (
-        used[0] + request[0] <= cap[0] + EPSILON
-        and used[1] + request[1] <= cap[1] + EPSILON
-        and used[2] + request[2] <= cap[2] + EPSILON
+        used[GPU] + request[GPU] <= cap[GPU] + EPSILON
+        and used[CPU] + request[CPU] <= cap[CPU] + EPSILON
+        and used[MEMORY] + request[MEMORY] <= cap[MEMORY] + EPSILON
     )
 
 
 def as_resources(values: list[float]) -> Resources:
-    return Resources(values[0], values[1], values[2])
+    """A queue's list of GPU, CPU and memory amounts as model Resources."""
+    return Resources(values[GPU], values[CPU], values[MEMORY])

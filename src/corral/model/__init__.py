@@ -24,6 +24,8 @@ from corral.model.resources import (
 )
 from corral.model.types import (
     CLASS_ALIASES,
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_PRIORITY,
     PRIORITY_CLASSES,
     WORKLOAD_CLASSES,
     Decisions,
@@ -43,6 +45,8 @@ from corral.model.types import (
 
 __all__ = [
     "CLASS_ALIASES",
+    "DEFAULT_GRACE_PERIOD",
+    "DEFAULT_PRIORITY",
     "GIB",
     "PRIORITY_CLASSES",
     "WORKLOAD_CLASSES",

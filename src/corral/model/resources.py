@@ -78,38 +78,13 @@ class Resources:
 
     NAMES = ("gpu", "cpu", "memory")
 
-    def __add__(self, other: Resources) -> Resources:
-        return Resources(self.gpu + other.gpu, self.cpu + other.cpu, self.memory + other.memory)
-
-    def __sub__(self, other: Resources) -> Resources:
-        return Resources(self.gpu - other.gpu, self.cpu - other.cpu, self.memory - other.memory)
-
-    def scale(self, factor: float) -> Resources:
-        return Resources(self.gpu * factor, self.cpu * factor, self.memory * factor)
-
-    def fits_in(self, other: Resources) -> bool:
-        """True when every amount here is at most the amount in `other`."""
-        return (
-            self.gpu <= other.gpu + EPSILON
-            and self.cpu <= other.cpu + EPSILON
-            and self.memory <= other.memory + EPSILON
-        )
-
-    def minimum(self, other: Resources) -> Resources:
-        return Resources(
-            min(self.gpu, other.gpu), min(self.cpu, other.cpu), min(self.memory, other.memory)
-        )
-
     def get(self, name: str) -> float:
+        """The amount of one resource by its name in NAMES."""
         value: float = getattr(self, name)
         return value
 
-    def is_zero(self) -> bool:
-        return abs(self.gpu) < EPSILON and abs(self.cpu) < EPSILON and abs(self.memory) < EPSILON
-
 
 UNLIMITED = Resources(math.inf, math.inf, math.inf)
-ZERO = Resources()
 
 
 def gpu_quota(gpus: float) -> Resources:

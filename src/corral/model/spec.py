@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from corral.model.types import Node, TaskGroup, Topology
+from corral.model.types import (
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_PRIORITY,
+    Node,
+    TaskGroup,
+    Topology,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +22,7 @@ class WorkloadSpec:
     project: str
     user: str
     task_groups: tuple[TaskGroup, ...]
-    priority: int = 50
+    priority: int = DEFAULT_PRIORITY
     preemptible: bool = True
     min_available: int | None = None
     node_selector: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -28,7 +34,7 @@ class WorkloadSpec:
     workdir: str | None = None
     max_runtime: float | None = None
     backoff_limit: int = 0
-    grace_period: float = 30.0
+    grace_period: float = DEFAULT_GRACE_PERIOD
 
 
 @dataclass(frozen=True, slots=True)

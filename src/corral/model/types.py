@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from corral.model.resources import UNLIMITED, ZERO, Resources
+from corral.model.resources import UNLIMITED, Resources
 
 PRIORITY_CLASSES: Mapping[str, int] = {
     "train": 50,
@@ -18,6 +18,10 @@ PRIORITY_CLASSES: Mapping[str, int] = {
     "interactive": 100,
     "inference": 125,
 }
+# A workload that names no priority is training work.
+DEFAULT_PRIORITY = PRIORITY_CLASSES["train"]
+# Seconds from SIGTERM to SIGKILL when a task is stopped, unless its workload says otherwise.
+DEFAULT_GRACE_PERIOD = 30.0
 
 # The workload classes that queue rules name, by their own names, and the other names
 # they go by.
@@ -63,10 +67,6 @@ class Node:
     memory: int = 512 * 1024**3
     labels: Mapping[str, str] = field(default_factory=dict)
     schedulable: bool = True
-
-    @property
-    def capacity(self) -> Resources:
-        return Resources(float(self.gpus), self.cpu, float(self.memory))
 
     def label(self, key: str) -> str | None:
         """The node's value for a label; `gpu_model` is always answered from the model."""
@@ -120,9 +120,6 @@ class TaskGroup:
             return self.gpu_memory / node.gpu_memory if node.gpu_memory else math.inf
         return self.gpu
 
-    def request_on(self, node: Node) -> Resources:
-        return Resources(self.gpu_on(node), self.cpu, float(self.memory))
-
 
 @dataclass(frozen=True, slots=True)
 class Topology:
@@ -158,7 +155,7 @@ class Workload:
     name: str
     queue: str
     task_groups: tuple[TaskGroup, ...]
-    priority: int = 50
+    priority: int = DEFAULT_PRIORITY
     preemptible: bool = True
     min_available: int | None = None
     node_selector: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -183,10 +180,6 @@ class Workload:
     def elastic(self) -> bool:
         return self.min_tasks < self.task_count
 
-    @property
-    def running(self) -> bool:
-        return bool(self.placements)
-
     def task_group_of(self, task: int) -> TaskGroup:
         """The task group that task number `task` belongs to."""
         for group in self.task_groups:
@@ -198,18 +191,6 @@ class Workload:
     def tasks(self) -> list[TaskGroup]:
         """One entry per task, in task order."""
         return [group for group in self.task_groups for _ in range(group.replicas)]
-
-    def nominal_request(self, count: int | None = None) -> Resources:
-        """Resources of the first `count` tasks (all by default), fractions by `gpu` only.
-
-        Memory-sized fractions count as 0 GPUs here; their real amount depends on the node.
-        """
-        total = ZERO
-        for index, group in enumerate(self.tasks()):
-            if count is not None and index >= count:
-                break
-            total = total + Resources(group.gpu, group.cpu, float(group.memory))
-        return total
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from corral.scenario.types import (
     RunningExpectation,
     Scenario,
 )
+from corral.scenario.yamlio import BoundedLoader, YamlLimitError, read_text
 
 _TOP_FIELDS = ("name", "description", "scheduler", "run", "nodes", "queues", "workloads", "expect")
 _SCHEDULER_FIELDS = ("placement", "gpu_placement", "actions")
@@ -80,6 +81,11 @@ _ANY_NODE = "any"
 
 _SHORTHAND = re.compile(r"(\d+)x(\d+(?:\.\d+)?)")
 _BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+# As the API allows: more devices on a node, tasks in a group or cycles in a run would
+# make plan build or run that much, for minutes and gigabytes, from a two-line file.
+_MOST_GPUS = 1024
+_MOST_REPLICAS = 1024
+_MOST_CYCLES = 1000
 _MEMORY_HINT = "write memory with a binary unit: 512MiB, 64GiB, 1TiB"
 
 # The model's defaults are the format's defaults; read them from there, not copies.
@@ -94,7 +100,9 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and check the scenario file at `path`. Raises ScenarioError."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path)
+    except YamlLimitError as error:
+        raise ScenarioError(source, "", f"invalid YAML: {error.problem}") from None
     except UnicodeDecodeError:
         raise ScenarioError(source, "", "the file is not UTF-8 text") from None
     except OSError as error:
@@ -111,9 +119,9 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(source, error.path, error.problem) from error
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A SafeLoader that rejects a key given twice in one mapping instead of keeping the
-    last one silently."""
+class _StrictLoader(BoundedLoader):
+    """A BoundedLoader that rejects a key given twice in one mapping instead of keeping
+    the last one silently."""
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.Node) -> dict[Any, Any]:
@@ -218,7 +226,7 @@ def _read_run(value: object) -> Cycles:
     if cycles == UNTIL_STABLE:
         return UNTIL_STABLE
     if isinstance(cycles, int) and not isinstance(cycles, bool) and cycles >= 1:
-        return cycles
+        return _integer(cycles, "run.cycles", maximum=_MOST_CYCLES)
     raise FieldError(
         "run.cycles", f'must be a positive whole number or "{UNTIL_STABLE}", not {_kind(cycles)}'
     )
@@ -425,6 +433,8 @@ def _read_tasks(value: object, path: str) -> tuple[TaskGroup, ...]:
         replicas = int(match[1])
         if replicas < 1:
             raise FieldError(path, f'"{value}" has no tasks: REPLICAS must be at least 1')
+        if replicas > _MOST_REPLICAS:
+            raise FieldError(path, f'"{value}" has more than {_MOST_REPLICAS} tasks')
         gpu = float(match[2])
         _check_gpu(gpu, path)
         return (TaskGroup(replicas=replicas, gpu=gpu),)
@@ -451,7 +461,12 @@ def _read_tasks(value: object, path: str) -> tuple[TaskGroup, ...]:
         groups.append(
             TaskGroup(
                 name=name,
-                replicas=_integer(fields.get("replicas", 1), f"{group_path}.replicas", minimum=1),
+                replicas=_integer(
+                    fields.get("replicas", 1),
+                    f"{group_path}.replicas",
+                    minimum=1,
+                    maximum=_MOST_REPLICAS,
+                ),
                 gpu=gpu,
                 gpu_memory=gpu_memory,
                 cpu=_number(fields.get("cpu", 0), f"{group_path}.cpu"),
@@ -653,14 +668,18 @@ def _given(
 
 
 def _count(value: object, path: str) -> int:
-    return _integer(value, path, minimum=0)
+    return _integer(value, path, minimum=0, maximum=_MOST_GPUS)
 
 
-def _integer(value: object, path: str, minimum: int | None = None) -> int:
+def _integer(
+    value: object, path: str, minimum: int | None = None, maximum: int | None = None
+) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise FieldError(path, f"must be a whole number, not {_kind(value)}")
     if minimum is not None and value < minimum:
         raise FieldError(path, f"{value} is below the minimum of {minimum}")
+    if maximum is not None and value > maximum:
+        raise FieldError(path, f"{value} is above the maximum of {maximum}")
     return value
 
 

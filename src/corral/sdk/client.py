@@ -22,12 +22,14 @@ from urllib.parse import quote
 import httpx
 
 from corral.sdk.types import (
+    AuditOut,
     ClusterOut,
     EventOut,
     LogOut,
     NodeOut,
     QueueOut,
     SecretOut,
+    TokenInfoOut,
     TokenOut,
     UsageRowOut,
     UserOut,
@@ -123,9 +125,18 @@ class Client:
         """Every user (admins only)."""
         return cast(list[UserOut], self._request("GET", "/users"))
 
-    def create_user(self, name: str, role: str = "member", project: str | None = None) -> TokenOut:
-        """Create a user and their first token, which is shown only in this answer."""
+    def create_user(
+        self,
+        name: str,
+        role: str = "member",
+        project: str | None = None,
+        unix_user: str | None = None,
+    ) -> TokenOut:
+        """Create a user and their first token, which is shown only in this answer.
+        `unix_user`: the Unix account their tasks run as on a root agent (default: `name`)."""
         body = {"name": name, "role": role, "project": project}
+        if unix_user is not None:
+            body["unix_user"] = unix_user
         return cast(TokenOut, self._request("POST", "/users", body))
 
     def set_membership(self, user: str, project: str, role: str = "member") -> UserOut:
@@ -137,9 +148,38 @@ class Client:
         """Take a member out of `project`."""
         self._request("DELETE", f"/users/{_segment(user)}/projects/{_segment(project)}")
 
-    def create_token(self, user: str) -> TokenOut:
-        """A new token for an existing user; earlier tokens stay valid."""
-        return cast(TokenOut, self._request("POST", f"/users/{_segment(user)}/tokens"))
+    def create_token(
+        self, user: str, name: str | None = None, expires_in: str | float | None = None
+    ) -> TokenOut:
+        """A new token for an existing user, named and expiring after `expires_in`
+        ("30d", seconds) when given; earlier tokens stay valid."""
+        body = {"name": name, "expires_in": expires_in}
+        return cast(TokenOut, self._request("POST", f"/users/{_segment(user)}/tokens", body))
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user; their tokens stop working at once."""
+        self._request("DELETE", f"/users/{_segment(name)}")
+
+    def list_tokens(self, user: str | None = None) -> list[TokenInfoOut]:
+        """Tokens with names, expiry and last use (never their values): of `user`, or
+        every one an admin may see; one's own for others."""
+        params = {"user": user} if user is not None else None
+        return cast(list[TokenInfoOut], self._request("GET", "/tokens", params=params))
+
+    def revoke_token(self, token_id: int) -> None:
+        """Revoke a token by its id; it stops working at once."""
+        self._request("DELETE", f"/tokens/{int(token_id)}")
+
+    # -- audit ---------------------------------------------------------------------------
+
+    def audit(self, **filters: str | float | int | None) -> list[AuditOut]:
+        """Write requests, oldest first (admins only). Filters: user, action, since,
+        until (seconds since the epoch), outcome ("403", "4xx"), limit."""
+        return cast(list[AuditOut], self._request("GET", "/audit", params=_params(filters)))
+
+    def audit_export(self, **filters: str | float | int | None) -> str:
+        """The same records as `audit`, as JSON lines."""
+        return cast(str, self._request("GET", "/audit/export", params=_params(filters), text=True))
 
     # -- project secrets -------------------------------------------------------------------
 
@@ -194,16 +234,27 @@ class Client:
         }
         return cast(list[WorkloadOut], self._request("GET", "/workloads", params=params))
 
-    def submit(self, workload: Mapping[str, Any]) -> WorkloadOut:
+    def submit(
+        self, workload: Mapping[str, Any], idempotency_key: str | None = None
+    ) -> WorkloadOut:
         """Submit a workload from the API's WorkloadIn fields (project, tasks, command, ...);
-        the server names it when `name` is left out."""
-        return cast(WorkloadOut, self._request("POST", "/workloads", workload))
+        the server names it when `name` is left out. Resent with the same
+        `idempotency_key` (within 24 h), it gives the first answer instead of a second
+        workload."""
+        headers = _idempotency(idempotency_key)
+        return cast(WorkloadOut, self._request("POST", "/workloads", workload, headers=headers))
 
-    def submit_all(self, workloads: Sequence[Mapping[str, Any]]) -> list[WorkloadOut]:
+    def submit_all(
+        self, workloads: Sequence[Mapping[str, Any]], idempotency_key: str | None = None
+    ) -> list[WorkloadOut]:
         """Submit several workloads together: all of them are stored, or none. A 422
-        names the bad field by its place (`workloads[1].tasks[0].gpu`)."""
+        names the bad field by its place (`workloads[1].tasks[0].gpu`). With
+        `idempotency_key`, as `submit`."""
         body = {"workloads": list(workloads)}
-        return cast(list[WorkloadOut], self._request("POST", "/workloads/batch", body))
+        headers = _idempotency(idempotency_key)
+        return cast(
+            list[WorkloadOut], self._request("POST", "/workloads/batch", body, headers=headers)
+        )
 
     def get_workload(self, name: str) -> WorkloadOut:
         return cast(WorkloadOut, self._request("GET", f"/workloads/{_segment(name)}"))
@@ -283,10 +334,16 @@ class Client:
         path: str,
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        text: bool = False,
     ) -> Any:
         try:
             response = self._http.request(
-                method, path, json=dict(body) if body is not None else None, params=params
+                method,
+                path,
+                json=dict(body) if body is not None else None,
+                params=params,
+                headers=headers,
             )
         except httpx.TimeoutException as error:
             raise ServerUnreachable(self.server, f"no answer within {self.timeout:g} s") from error
@@ -295,6 +352,8 @@ class Client:
             raise ServerUnreachable(self.server, reason) from error
         if response.status_code >= 400:
             raise _api_error(response, body)
+        if text:
+            return response.text
         if response.status_code == 204 or not response.content:
             return None
         try:
@@ -303,6 +362,15 @@ class Client:
             raise ApiError(
                 response.status_code, f"the server answered {path} with something not JSON"
             ) from None
+
+
+def _params(filters: Mapping[str, str | float | int | None]) -> dict[str, str]:
+    """Query parameters from the filters that are set."""
+    return {key: str(value) for key, value in filters.items() if value is not None}
+
+
+def _idempotency(key: str | None) -> dict[str, str] | None:
+    return {"Idempotency-Key": key} if key is not None else None
 
 
 def _segment(name: str) -> str:

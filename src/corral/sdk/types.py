@@ -21,6 +21,19 @@ class Amounts(TypedDict):
     memory: int | None
 
 
+class AuditOut(TypedDict):
+    """A write request: who (null for no valid token), when, what, from where, outcome."""
+
+    id: int
+    at: float
+    user: str | None
+    method: str
+    route: str
+    path: str
+    address: str | None
+    status: int
+
+
 class ClusterOut(TypedDict):
     nodes: int
     nodes_ready: int
@@ -206,10 +219,29 @@ class TaskOnNodeOut(TypedDict):
     gpu: float
 
 
+class TokenInfoOut(TypedDict):
+    """A token as listed: never its value."""
+
+    id: int
+    user: str
+    name: str | None
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+    # exact to about 10 s
+    last_used_at: float | None
+    # neither revoked nor expired
+    active: bool
+
+
 class TokenOut(TypedDict):
     user: str
     # shown once; only its digest is stored
     token: str
+    # for `DELETE /tokens/{id}`
+    id: int | None
+    name: str | None
+    expires_at: float | None
 
 
 class TopologyOut(TypedDict):
@@ -231,6 +263,8 @@ class UserOut(TypedDict):
     project: str | None
     # a member's projects and role in each
     projects: list[MembershipOut]
+    # the Unix account its tasks run as
+    unix_user: str | None
 
 
 class WeightsOut(TypedDict):

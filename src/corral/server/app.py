@@ -10,11 +10,14 @@ from fastapi import FastAPI
 
 from corral.cluster import Cluster
 from corral.model import SchedulerConfig
+from corral.server.audit import Audit
 from corral.server.background import Background
 from corral.server.body_limit import BodyLimit
 from corral.server.dashboard import install as install_dashboard
 from corral.server.deps import API
 from corral.server.errors import install_error_handlers
+from corral.server.options import AllowedMethods
+from corral.server.rate_limit import RateLimiter
 from corral.server.routers import ROUTERS
 from corral.server.visibility import install_visibility
 from corral.store import Store
@@ -53,7 +56,10 @@ def create_app(
     # Read by the handlers' dependencies (corral.server.deps).
     app.state.store = store
     app.state.background = background
+    app.add_middleware(AllowedMethods, routes=app.router.routes)
     app.add_middleware(BodyLimit)
+    # Outermost, so that every write is audited, a refused one (413, 429) too.
+    app.add_middleware(Audit, log=background.audit, limiter=RateLimiter.from_environment())
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

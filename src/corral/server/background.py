@@ -1,6 +1,6 @@
-"""The server's work beside its requests, in one place: the scheduler loop, the writer of
-submissions, and with a cluster the dispatcher, its reconciler and the monitor's upkeep.
-They start and stop with the application (`Background.lifespan`)."""
+"""The server's work beside its requests, in one place: the scheduler loop, the writers of
+submissions and of the audit log, and with a cluster the dispatcher, its reconciler and
+the monitor's upkeep. They start and stop with the application (`Background.lifespan`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from corral.cluster import Cluster
 from corral.model import Decisions, SchedulerConfig
+from corral.server.audit import AuditLog
 from corral.server.dispatch import Dispatcher, releases_of
 from corral.server.rules import Upkeep
 from corral.server.scheduler import SchedulerLoop
@@ -39,6 +40,7 @@ class Background:
         self.run_scheduler = run_scheduler
         self.loop = SchedulerLoop(store, config, interval)
         self.submissions = Submissions(store, self.loop.trigger)
+        self.audit = AuditLog(store)
         self.dispatcher: Dispatcher | None = None
         if cluster is not None:
             if data_dir is None:
@@ -78,6 +80,7 @@ class Background:
             yield
         finally:
             self.submissions.stop()
+            self.audit.stop()
             self.loop.stop()
             if self.dispatcher is not None:
                 self.dispatcher.stop_monitor()

@@ -60,7 +60,10 @@ class Demo:
                 virtual=True,
             )
         )
-        agent = Agent("demo-node", data_dir, poll_interval=0.1, devices=found.devices)
+        # The demo runs its own commands for its own users: as whoever runs it, even root.
+        agent = Agent(
+            "demo-node", data_dir, poll_interval=0.1, devices=found.devices, run_as_submitter=False
+        )
         app = create_app(store, cluster=LocalCluster([agent]), data_dir=data_dir, interval=0.5)
         port = _free_port()
         server = uvicorn.Server(

@@ -45,6 +45,7 @@ LoopDep = Annotated[SchedulerLoop, Depends(get_loop)]
 
 
 async def current_user(
+    request: Request,
     store: StoreDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> UserRecord:
@@ -58,6 +59,8 @@ async def current_user(
         found = await run_in_threadpool(store.authenticate, credentials.credentials)
     if found is None:
         raise Unauthorized("the token is not valid")
+    # Who made the request, for its audit record (corral.server.audit).
+    request.state.user = found
     return found
 
 

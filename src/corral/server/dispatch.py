@@ -11,17 +11,20 @@ that run but are no longer bound are stopped.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
-import zlib
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from corral.cluster import Cluster
 from corral.messages import TaskLaunch, TaskStop
-from corral.model import Placement
+from corral.model import DEFAULT_GRACE_PERIOD, Placement
 from corral.model.telemetry import Sample
+from corral.server.accounts import unix_users
 from corral.store import NotFound, Store
-from corral.store.records import BoundWork, Release
+from corral.store.records import BoundWork, NodeRecord, Release
 from corral.store.telemetry import record_samples
 
 log = logging.getLogger("corral.dispatch")
@@ -35,25 +38,39 @@ def releases_of(workload: str, placements: Sequence[Placement], why: str) -> lis
     ]
 
 
-def checkpoint_dir(data_dir: Path, workload: str) -> Path:
-    """The same directory on every run of a workload, so that a restart finds its state."""
-    return data_dir / "checkpoints" / workload
+Rendezvous = Callable[[str, int, str], tuple[str, int]]
+
+
+def local_rendezvous(workload: str, attempt: int, node: str) -> tuple[str, int]:
+    """A port free on this machine, for a cluster whose agents run here."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        port: int = sock.getsockname()[1]
+    return "", port
 
 
 def launches(
     work: BoundWork,
-    data_dir: Path,
     node: str | None = None,
+    rendezvous: Rendezvous = local_rendezvous,
+    accounts: Mapping[str, str | None] | None = None,
     secrets: Mapping[str, str] | None = None,
 ) -> list[TaskLaunch]:
     """The launches of a workload's bound tasks (on `node` only, when given), with the
     environment each task sees: its own variables and `secrets` (variable -> value, see
-    Store.secret_env), then its devices, its place in the gang, its checkpoints."""
+    Store.secret_env), then its devices, its place in the gang. The agent adds the
+    paths of the workload's own directory (checkpoints, telemetry), which it creates.
+    `rendezvous(workload, attempt, node)` gives the address and a free port of rank 0's
+    node ("" for the address the store knows); `accounts` gives the Unix account of each
+    corral user (the submitter's is carried)."""
     spec = work.workload.spec
     ordered = sorted(work.tasks, key=lambda t: t.task)
     nodes_in_order = list(dict.fromkeys(t.node for t in ordered))
     master = ordered[0]
-    port = 20000 + zlib.crc32(spec.name.encode()) % 20000
+    # Only a gang needs its rank 0's agent asked; a single task's agent (or this machine,
+    # for local agents) finds its own port.
+    ask = rendezvous if len(ordered) > 1 else local_rendezvous
+    address, port = ask(spec.name, work.workload.attempts, master.node)
     result = []
     for state in ordered:
         if state.state == "exited" or (node is not None and state.node != node):
@@ -69,12 +86,8 @@ def launches(
                 "CORRAL_WORKLOAD": spec.name,
                 "CORRAL_PROJECT": spec.project,
                 "CORRAL_TASK_INDEX": str(state.task),
-                "CORRAL_CHECKPOINT_DIR": str(checkpoint_dir(data_dir, spec.name)),
-                "CORRAL_TELEMETRY_FILE": str(
-                    data_dir / "run" / spec.name / f"task-{state.task}.util"
-                ),
                 "CORRAL_ATTEMPT": str(work.workload.attempts),
-                "MASTER_ADDR": master.address,
+                "MASTER_ADDR": address or master.address,
                 "MASTER_PORT": str(port),
                 "WORLD_SIZE": str(len(ordered)),
                 "RANK": str(state.task),
@@ -103,6 +116,7 @@ def launches(
                 grace=spec.grace_period,
                 pid=state.pid if state.state == "running" else None,
                 proc_start=state.proc_start if state.state == "running" else None,
+                unix_user=(accounts or {}).get(spec.user) if spec.user else None,
             )
         )
     return result
@@ -128,21 +142,58 @@ class Dispatcher:
         self.reconcile_interval = reconcile_interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # An optional capability of a cluster (corral.cluster): where rank 0's agent finds
+        # a free port.
+        self._rendezvous: Rendezvous = getattr(cluster, "rendezvous", local_rendezvous)
+        # The port of each gang's attempt, so that every launch of it (the reconciler's
+        # too) names the same one; old attempts fall out.
+        self._ports: OrderedDict[tuple[str, int], tuple[str, int]] = OrderedDict()
+        self._ports_lock = threading.Lock()
         # Jobs the monitor runs after each reconciliation (telemetry rollups, rules).
         self.upkeep: list[Callable[[], None]] = []
 
     # -- after a cycle, a deletion or a suspension ---------------------------------------
 
+    def launches(
+        self,
+        work: BoundWork,
+        node: str | None = None,
+        accounts: Mapping[str, str | None] | None = None,
+        with_secrets: bool = True,
+    ) -> list[TaskLaunch]:
+        """The launches of a bound workload (on `node` only, when given); `accounts` as
+        `unix_users` gives them, read here when not given. Its secrets are decrypted only
+        here, at the last moment, and never logged (`with_secrets=False`: left out, for
+        launches that are only compared with what runs)."""
+        if accounts is None:
+            accounts = unix_users(self.store)
+        secrets = self.store.secret_env(work.workload.spec) if with_secrets else None
+        return launches(work, node, self.rendezvous, accounts, secrets)
+
+    def rendezvous(self, workload: str, attempt: int, node: str) -> tuple[str, int]:
+        """Rank 0's address and port for this attempt of the workload, asked once."""
+        key = (workload, attempt)
+        with self._ports_lock:
+            found = self._ports.get(key)
+        if found is None:
+            try:
+                found = self._rendezvous(workload, attempt, node)
+            except Exception as error:
+                # Rank 0's agent cannot answer (its node is being lost): one launch with
+                # a port of no use rather than a failed cycle or reconciliation; the next
+                # launch asks again.
+                log.warning("no rendezvous for %s on %s: %s", workload, node, error)
+                return local_rendezvous(workload, attempt, node)
+            with self._ports_lock:
+                found = self._ports.setdefault(key, found)
+                while len(self._ports) > 100_000:
+                    self._ports.popitem(last=False)
+        return found
+
     def started(self, names: set[str]) -> None:
         if names:
             work = self.store.bound_work(names=names)
-            self.cluster.start([launch for w in work for launch in self._launches(w)])
-
-    def _launches(self, work: BoundWork, node: str | None = None) -> list[TaskLaunch]:
-        """The launches of a workload's tasks, its secrets decrypted: only here, at the
-        last moment, and never logged."""
-        secrets = self.store.secret_env(work.workload.spec)
-        return launches(work, self.data_dir, node=node, secrets=secrets)
+            self.cluster.start([launch for w in work for launch in self.launches(w)])
 
     def release(self, releases: list[Release], grace_period: float | None = None) -> None:
         """Stop released tasks, each after its workload's grace period (or the one given,
@@ -150,7 +201,7 @@ class Dispatcher:
         if not releases:
             return
         grace: dict[str, float] = {}
-        stops = []
+        stops: list[TaskStop] = []
         for release in releases:
             if release.workload not in grace:
                 grace[release.workload] = (
@@ -172,7 +223,7 @@ class Dispatcher:
             return self.store.get_workload(workload).spec.grace_period
         except NotFound:
             # Deleted meanwhile: stop with the default grace period.
-            return 30.0
+            return DEFAULT_GRACE_PERIOD
 
     # -- what agents report (corral.cluster.Reports) -------------------------------------
 
@@ -181,10 +232,30 @@ class Dispatcher:
             self.cluster.stop([TaskStop(workload, node, (task,), "no longer bound", 0.0)])
 
     def task_ended(
-        self, node: str, workload: str, task: int, exit_code: int | None, reason: str
+        self,
+        node: str,
+        workload: str,
+        task: int,
+        exit_code: int | None,
+        reason: str,
+        attempt: int | None = None,
     ) -> None:
-        self.release(self.store.task_ended(workload, task, exit_code, reason))
+        if not self._bound_to(workload, task, node):
+            # The end of a task stopped on a node it has left (moved by consolidation,
+            # requeued when its node was lost): the task bound elsewhere is not ended.
+            return
+        self.release(self.store.task_ended(workload, task, exit_code, reason, attempt))
         self.wake_scheduler()
+
+    def _bound_to(self, workload: str, task: int, node: str) -> bool:
+        """False when the store binds the task to another node (True when not bound at
+        all: the store then decides that the report changes nothing)."""
+        try:
+            record = self.store.get_workload(workload)
+        except NotFound:
+            return True
+        nodes = {p.node for p in record.placements if p.task == task}
+        return not nodes or node in nodes
 
     def heartbeat(self, node: str) -> None:
         self.store.heartbeat(node)
@@ -194,22 +265,35 @@ class Dispatcher:
 
     # -- reconciling -------------------------------------------------------------------
 
-    def reconcile(self) -> None:
-        """Make every node's agent run exactly what the store binds to it."""
-        for record in self.store.list_nodes():
-            node = record.node.name
-            running = self.cluster.running(node)
-            if running is None:
-                continue
+    def reconcile(self, nodes: list[NodeRecord] | None = None) -> None:
+        """Make every node's agent run exactly what the store binds to it (`nodes`: the
+        store's nodes, when the caller has just read them)."""
+        # What the agents run first, then what the store binds: a task bound and started
+        # in between is then missing (started again, which changes nothing), never extra.
+        agents = {}
+        for record in self.store.list_nodes() if nodes is None else nodes:
+            running = self.cluster.running(record.node.name)
+            if running is not None:
+                agents[record.node.name] = running
+        # All bound work in one read, grouped by node: reading it node by node cost a read
+        # of every running workload per node (1,000 nodes: minutes per pass).
+        by_node: dict[str, list[BoundWork]] = {}
+        for work in self.store.bound_work():
+            for node in dict.fromkeys(task.node for task in work.tasks):
+                by_node.setdefault(node, []).append(work)
+        accounts = unix_users(self.store)
+        for node, running in agents.items():
             keys: set[tuple[str, int]] = set()
             missing: list[TaskLaunch] = []
-            for work in self.store.bound_work(node=node):
-                wanted = launches(work, self.data_dir, node=node)
+            for work in by_node.get(node, []):
+                wanted = self.launches(work, node, accounts, with_secrets=False)
                 keys.update(launch.key for launch in wanted)
                 if any(launch.key not in running for launch in wanted):
                     # Decrypt secrets only for the work that must be started.
                     missing.extend(
-                        launch for launch in self._launches(work, node) if launch.key not in running
+                        launch
+                        for launch in self.launches(work, node, accounts)
+                        if launch.key not in running
                     )
             if missing:
                 self.cluster.start(missing)
@@ -230,6 +314,42 @@ class Dispatcher:
                     ]
                 )
 
+    def expire(self, nodes: list[NodeRecord] | None = None) -> list[str]:
+        """Mark nodes that stopped answering lost; their workloads go back to pending, and
+        the tasks a requeued gang still has on other nodes are stopped before the
+        scheduler may place it again (else a task of the old attempt could be taken for
+        the new one where both land on the same node)."""
+        limit = time.time() - self.node_timeout
+        stale = {
+            record.node.name
+            for record in (self.store.list_nodes() if nodes is None else nodes)
+            if record.state == "ready" and (record.heartbeat_at or 0.0) < limit
+        }
+        if not stale:
+            return []
+        before = [w for node in sorted(stale) for w in self.store.bound_work(node=node)]
+        lost = self.store.expire_nodes(self.node_timeout)
+        if not lost:
+            return lost
+        stops: list[TaskStop] = []
+        for work in {w.workload.name: w for w in before}.values():
+            if not any(t.node in lost for t in work.tasks):
+                continue
+            others: dict[str, list[int]] = {}
+            for task in work.tasks:
+                if task.node not in lost and task.state != "exited":
+                    others.setdefault(task.node, []).append(task.task)
+            why = f"requeued: node {', '.join(sorted(lost))} was lost"
+            grace = work.workload.spec.grace_period
+            stops.extend(
+                TaskStop(work.workload.name, node, tuple(tasks), why, grace)
+                for node, tasks in sorted(others.items())
+            )
+        if stops:
+            self.cluster.stop(stops)
+        self.wake_scheduler()
+        return lost
+
     def start_monitor(self) -> None:
         self._thread = threading.Thread(target=self._monitor, name="corral-monitor", daemon=True)
         self._thread.start()
@@ -242,9 +362,11 @@ class Dispatcher:
     def _monitor(self) -> None:
         while not self._stop.wait(self.reconcile_interval):
             try:
-                if self.store.expire_nodes(self.node_timeout):
-                    self.wake_scheduler()
-                self.reconcile()
+                # One read of the nodes for both: at 1,000 nodes it takes seconds.
+                nodes = self.store.list_nodes()
+                if self.expire(nodes):
+                    nodes = self.store.list_nodes()
+                self.reconcile(nodes)
             except Exception:
                 log.exception("reconciling failed")
             for job in self.upkeep:

@@ -25,6 +25,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "no such object"},
     409: {"model": ErrorOut, "description": "conflicts with the current state"},
     413: {"model": ErrorOut, "description": "body larger than 1 MiB"},
+    429: {"model": ErrorOut, "description": "too many writes with this token; see Retry-After"},
 }
 
 

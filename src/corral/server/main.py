@@ -7,7 +7,9 @@ import os
 import re
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -16,17 +18,34 @@ from corral.model.spec import NodeSpec
 from corral.store import Store, database_url
 from corral.store.secrets import load_key
 
+if TYPE_CHECKING:
+    from corral.agent import Agent
+    from corral.cluster import Cluster
+
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "corral"
 ADMIN_TOKEN_FILE = "admin-token"
 
 
+def private_data_dir(data_dir: Path) -> None:
+    """Make the data directory 0700 and everything this process writes from now on (the
+    database, its WAL, tokens, logs) private to its owner: tasks must not reach them."""
+    os.umask(0o077)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+
+
 def open_store(
-    data_dir: Path, db_url: str | None, secret_key_file: Path | None = None
+    data_dir: Path,
+    db_url: str | None,
+    admin_unix_user: str | None = None,
+    secret_key_file: Path | None = None,
 ) -> tuple[Store, str | None]:
     """Open (and migrate) the store, with the key of project secrets (see
     corral.store.secrets.load_key). On the very first start, create the admin token and
-    write it to DATA_DIR/admin-token, readable by the owner only; return it then."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    write it to DATA_DIR/admin-token, readable by the owner only; return it then.
+    `admin_unix_user`, when given, is the Unix account the admin's tasks run as on a root
+    agent (it has none otherwise, and they are refused there)."""
+    private_data_dir(data_dir)
     store = Store(database_url(data_dir, db_url))
     store.use_secret_key(load_key(data_dir, secret_key_file))
     token = store.ensure_admin()
@@ -36,25 +55,92 @@ def open_store(
         with os.fdopen(fd, "w") as handle:
             handle.write(token + "\n")
         os.chmod(path, 0o600)
+    if admin_unix_user is not None:
+        store.set_unix_user("admin", admin_unix_user)
     return store, token
 
 
+@dataclass(frozen=True, slots=True)
+class RayOptions:
+    """`--ray ADDRESS` and what goes with it (docs/multi-node.md)."""
+
+    address: str
+    checkpoint_root: Path | None = None
+    # A node whose agent has not answered for this long is lost and its work requeued.
+    loss_timeout: float = 10.0
+    # Tasks of an agent that has not heard from the server for this long stop by
+    # themselves; shorter than the loss timeout, so no task runs twice.
+    fence_timeout: float = 4.0
+    agent_root: str = "~/.local/share/corral-agent"
+
+
+# How often the dispatcher looks for lost nodes (its reconcile interval).
+EXPIRY_CHECK = 2.0
+
+
+def ray_cluster(store: Store, data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
+    """Connect to Ray and make the cluster of its nodes' agents; also the node timeout
+    the dispatcher needs for a node to be lost within the loss timeout."""
+    from corral.cluster.ray import HEARTBEAT_EVERY, RayCluster, connect
+
+    # The last heartbeat may be HEARTBEAT_EVERY older than the last lease renewal, and a
+    # launcher looks at its lease every 0.5 s: keep a margin of more than a second.
+    margin = options.loss_timeout - EXPIRY_CHECK - HEARTBEAT_EVERY - options.fence_timeout
+    if margin < 2.0:
+        raise ValueError(
+            f"the fence timeout ({options.fence_timeout:g} s) must be shorter than the loss"
+            f" timeout ({options.loss_timeout:g} s) by {EXPIRY_CHECK + HEARTBEAT_EVERY + 2:g} s"
+            " at least"
+        )
+
+    connect(options.address)
+    cluster = RayCluster(
+        store,
+        data_dir,
+        agent_root=options.agent_root,
+        fence_timeout=options.fence_timeout,
+        checkpoint_root=options.checkpoint_root,
+    )
+    return cluster, options.loss_timeout - EXPIRY_CHECK
+
+
 def serve(
-    data_dir: Path, db_url: str | None, host: str, port: int, secret_key_file: Path | None = None
+    data_dir: Path,
+    db_url: str | None,
+    host: str,
+    port: int,
+    ray: RayOptions | None = None,
+    admin_unix_user: str | None = None,
+    secret_key_file: Path | None = None,
 ) -> None:
-    """Run the server until interrupted."""
+    """Run the server until interrupted; with `ray`, with an agent on every Ray node."""
     from corral.server.app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    store, token = open_store(data_dir, db_url, secret_key_file)
+    store, token = open_store(data_dir, db_url, admin_unix_user, secret_key_file)
+    if ray is not None:
+        cluster, node_timeout = ray_cluster(store, data_dir, ray)
+        print(f"Ray cluster at {ray.address}: an agent on every node", flush=True)
+        app = create_app(store, cluster=cluster, data_dir=data_dir, node_timeout=node_timeout)
+    else:
+        app = create_app(store)
     print(f"corral server on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"store: {store.url.split('@')[-1]}", flush=True)
-    if token is not None:
-        print(
-            f"admin token (shown once; also in {data_dir / ADMIN_TOKEN_FILE}): {token}", flush=True
-        )
+    show_first_token(token, data_dir)
     switch_interval()
-    uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def show_first_token(token: str | None, data_dir: Path) -> None:
+    """Print the first admin token, made on this start, only to a terminal: stdout sent to
+    a file or a log collector would keep the credential where others may read it."""
+    if token is None:
+        return
+    path = data_dir / ADMIN_TOKEN_FILE
+    if sys.stdout.isatty():
+        print(f"admin token (shown once; also in {path}): {token}", flush=True)
+    else:
+        print(f"admin token written to {path} (readable by its owner only)", flush=True)
 
 
 def switch_interval() -> None:
@@ -79,14 +165,29 @@ def up(
     virtual_model: str,
     virtual_memory: int,
     labels: dict[str, str],
+    workloads_dir: Path | None = None,
+    admin_unix_user: str | None = None,
+    ray: RayOptions | None = None,
 ) -> None:
-    """The server and an agent for this machine, in one process."""
+    """The server and an agent for this machine, in one process; with `ray`, the server
+    and an agent on every node of the Ray cluster (this machine's among them)."""
     from corral.agent import Agent, discover
     from corral.cluster.local import LocalCluster
     from corral.server.app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    store, token = open_store(data_dir, db_url)
+    store, token = open_store(data_dir, db_url, admin_unix_user)
+    if ray is not None:
+        ray_cluster_, node_timeout = ray_cluster(store, data_dir, ray)
+        app = create_app(store, cluster=ray_cluster_, data_dir=data_dir, node_timeout=node_timeout)
+        print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)")
+        print(f"Ray cluster at {ray.address}: an agent on every node", flush=True)
+        print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
+        if token is not None:
+            print(f"admin token (shown once): {token}", flush=True)
+        switch_interval()
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+        return
     found = discover(virtual_gpus, virtual_model, virtual_memory)
     name = node_name()
     store.register_node(
@@ -106,15 +207,43 @@ def up(
         replace_existing=True,
     )
     # The agent samples its devices every CORRAL_SAMPLE_INTERVAL seconds (5 by default).
-    cluster = LocalCluster([Agent(name, data_dir, devices=found.devices)])
+    agent = Agent(name, data_dir, devices=found.devices, workloads_dir=workloads_dir)
+    cluster = LocalCluster([agent])
     app = create_app(store, cluster=cluster, data_dir=data_dir)
     print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"node {name}: {found.note}", flush=True)
     for device in found.devices:
         kind = "virtual" if device.virtual else "NVML"
         print(f"  GPU {device.index}: {device.model}, {format_memory(device.memory)} ({kind})")
+    for line in identity_lines(agent, store):
+        print(line, flush=True)
     print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
-    if token is not None:
-        print(f"admin token (shown once): {token}", flush=True)
+    show_first_token(token, data_dir)
     switch_interval()
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def identity_lines(agent: Agent, store: Store) -> list[str]:
+    """What `corral up` says about who tasks run as, and where their directories are."""
+    from corral.agent.identity import own_identity, unreachable_parent
+
+    lines = [f"workload directories: {agent.workloads_dir} (one per workload, 0700)"]
+    if not agent.run_as_submitter:
+        me = own_identity().name
+        lines.append(
+            f"tasks run as {me}: every task, whoever submits it, runs as this Unix account "
+            "with its rights (run corral as root to run each task as its submitter)"
+        )
+        return lines
+    admin = next((u.unix_user for u in store.list_users() if u.name == "admin"), None)
+    lines.append(
+        "tasks run as their submitter's Unix account (corral user create NAME --unix-user "
+        f"ACCOUNT); the admin's {f'as {admin}' if admin else 'are refused (--admin-unix-user)'}"
+    )
+    blocked = unreachable_parent(agent.workloads_dir)
+    if blocked is not None:
+        lines.append(
+            f"warning: other accounts cannot pass through {blocked}, so tasks cannot reach "
+            "their directories; choose another --workloads-dir"
+        )
+    return lines

@@ -10,9 +10,10 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.model import (
+    DEFAULT_GRACE_PERIOD,
     Node,
     Placement,
     Queue,
@@ -24,6 +25,7 @@ from corral.model import (
     resolve_priority,
 )
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
+from corral.server.accounts import is_root_account
 from corral.server.rules import RuleOut, RulesIn
 from corral.store.records import UserRecord
 
@@ -49,7 +51,23 @@ BATCH_LIMIT = 1000
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: `"virtual": 0` or `"grace_period": false` are mistakes to report, not values
+    # to coerce (JSON integers still count as numbers where a float is expected).
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _os_string(value: str) -> str:
+    """A string the kernel can take in argv, the environment or a path: no NUL byte."""
+    if "\0" in value:
+        raise ValueError("must not contain a NUL byte")
+    return value
+
+
+# Strings that become a task's argv, environment or working directory.
+OsString = Annotated[str, AfterValidator(_os_string)]
+Argument = Annotated[OsString, Field(max_length=65536)]
+# A Unix login name as useradd accepts it (POSIX portable, at most 32 bytes).
+UnixUser = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]*\$?$", min_length=1, max_length=32)]
 
 
 def memory_bytes(value: int | str) -> int:
@@ -273,10 +291,9 @@ class WorkloadIn(Body):
         default_factory=dict, max_length=32
     )
     topology: TopologyIn | None = None
-    command: list[Annotated[str, Field(max_length=65536)]] = Field(
-        default_factory=list, max_length=4096
-    )
-    env: dict[Annotated[str, Field(pattern=ENV_PATTERN, max_length=256)], str] = Field(
+    command: list[Argument] = Field(default_factory=list, max_length=4096)
+    # Names are shell identifiers, so never hold "=" or NUL.
+    env: dict[Annotated[str, Field(pattern=ENV_PATTERN, max_length=256)], OsString] = Field(
         default_factory=dict, max_length=1024
     )
     secrets: dict[Annotated[str, Field(pattern=ENV_PATTERN, max_length=256)], SecretName] = Field(
@@ -285,11 +302,16 @@ class WorkloadIn(Body):
         description="environment variable -> name of a secret of the project; the task "
         "gets its value, which no answer, event or log shows",
     )
-    workdir: str | None = Field(None, max_length=4096)
+    workdir: OsString | None = Field(
+        None,
+        max_length=4096,
+        description="default: the workload's own directory; a relative path is taken from it",
+    )
     max_runtime: float | str | None = None
     backoff_limit: int = Field(0, ge=0, le=100)
     grace_period: float | str = Field(
-        30.0, description="seconds from SIGTERM to SIGKILL when stopped or preempted"
+        DEFAULT_GRACE_PERIOD,
+        description="seconds from SIGTERM to SIGKILL when stopped or preempted",
     )
 
     @field_validator("priority")
@@ -298,6 +320,13 @@ class WorkloadIn(Body):
         number = resolve_priority(value)
         if abs(number) > 1_000_000:
             raise ValueError("must be between -1000000 and 1000000")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if value and not value[0]:
+            raise ValueError("the program to run (the first word) must not be empty")
         return value
 
     @field_validator("grace_period")
@@ -600,6 +629,21 @@ class UserIn(Body):
     project: Name | None = Field(
         None, description="a member's first project, where they are a `member`"
     )
+    unix_user: UnixUser | None = Field(
+        None,
+        description="the Unix account its tasks run as when the agent runs as root; "
+        "default: the account of the same name (never root)",
+    )
+
+    @field_validator("unix_user")
+    @classmethod
+    def _unix_user(cls, value: str | None) -> str | None:
+        if value is not None and is_root_account(value):
+            raise ValueError(
+                f"{value!r} is root; only the operator may map the admin to root "
+                "(--admin-unix-user), never a user created through the API"
+            )
+        return value
 
     @model_validator(mode="after")
     def _project(self) -> UserIn:
@@ -608,6 +652,13 @@ class UserIn(Body):
         if self.role != "member" and self.project is not None:
             raise ValueError(f"only members belong to a project, not a {self.role}")
         return self
+
+    def account(self) -> str | None:
+        """The Unix account to record: the one given, else the user's own name when it is
+        a valid login name (at most 32 characters)."""
+        if self.unix_user is not None:
+            return self.unix_user
+        return self.name if len(self.name) <= 32 else None
 
 
 class MembershipIn(Body):
@@ -628,6 +679,7 @@ class UserOut(BaseModel):
     role: str
     project: str | None = Field(description="the first of `projects`, or null")
     projects: list[MembershipOut] = Field(description="a member's projects and role in each")
+    unix_user: str | None = Field(None, description="the Unix account its tasks run as")
 
     @classmethod
     def of(cls, record: UserRecord) -> UserOut:
@@ -636,12 +688,61 @@ class UserOut(BaseModel):
             role=record.role,
             project=record.project,
             projects=[MembershipOut(project=p, role=r) for p, r in record.memberships],
+            unix_user=record.unix_user,
         )
 
 
 class TokenOut(BaseModel):
     user: str
     token: str = Field(description="shown once; only its digest is stored")
+    id: int | None = Field(default=None, description="for `DELETE /tokens/{id}`")
+    name: str | None = None
+    expires_at: float | None = None
+
+
+class TokenIn(Body):
+    name: Name | None = Field(default=None, description="what the token is for")
+    expires_in: float | str | None = Field(
+        default=None,
+        description='seconds, or "90m", "12h", "30d" (at most a year); none: never expires',
+    )
+
+    @field_validator("expires_in")
+    @classmethod
+    def _expires(cls, value: float | str | None) -> float | str | None:
+        if value is not None:
+            duration_seconds(value)
+        return value
+
+    def expires_at(self, now: float) -> float | None:
+        """When a token made at `now` expires."""
+        return None if self.expires_in is None else now + duration_seconds(self.expires_in)
+
+
+class TokenInfoOut(BaseModel):
+    """A token as listed: never its value."""
+
+    id: int
+    user: str
+    name: str | None
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+    last_used_at: float | None = Field(description="exact to about 10 s")
+    active: bool = Field(description="neither revoked nor expired")
+
+
+class AuditOut(BaseModel):
+    """A write request: who (null for no valid token), when, what, from where, outcome."""
+
+    id: int
+    at: float
+    user: str | None
+    method: str
+    route: str
+    path: str
+    address: str | None
+    status: int
 
 
 class LogOut(BaseModel):

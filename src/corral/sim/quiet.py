@@ -10,8 +10,9 @@ that, if non-preemptible, stays within its queues' deserved quotas, and:
   eviction frees room under the queue's limit too).
 These are necessary conditions, checked on per-queue totals (the smallest request and
 highest priority pending in each queue), so a skipped cycle is one the engine would have
-run without deciding anything. Fair shares are divided as the engine divides them,
-with its `divide_tree`.
+run without deciding anything. Each condition is the engine's own cheap check (the
+actions' `could_...` and `engine.quota`'s), and fair shares are divided as the engine
+divides them, with its `divide_tree`.
 
 After a cycle that changed nothing, the cluster is settled: until capacity is freed,
 the pending work that was there cannot be placed or preempt (the state it failed on is
@@ -51,8 +52,13 @@ from typing import TypeVar
 from sortedcontainers import SortedList
 
 from corral.engine import divide_tree
+from corral.engine.actions import Allocate, Preempt, Reclaim
+from corral.engine.quota import (
+    could_stay_within_deserved,
+    could_stay_within_limit,
+    over_fair_share,
+)
 from corral.model import Node, Queue
-from corral.model.resources import EPSILON
 
 Amounts = tuple[float, float, float]
 # What the gate needs to know of a pending workload: GPUs, priority, preemptible.
@@ -242,12 +248,12 @@ class CycleGate:
             np_headroom = min(level.deserved[0] - level.np_alloc for level in totals.path)
             lowest_running = min(totals.running_priorities, default=math.inf)
             for gpus, priority, preemptible in totals.fresh if only_fresh else totals.pending:
-                if not preemptible and gpus > np_headroom + _SLACK:
+                if not could_stay_within_deserved(gpus, preemptible, np_headroom, _SLACK):
                     continue
                 # Preemption evicts work of the same queue, which frees room under its limit.
-                if preempts and priority > lowest_running:
+                if preempts and Preempt.could_preempt(priority, lowest_running):
                     return True
-                if places and gpus <= min(headroom, self.free_gpu) + _SLACK:
+                if places and Allocate.could_place(gpus, headroom, self.free_gpu, _SLACK):
                     return True
         return "reclaim" in self.actions and self._may_reclaim()
 
@@ -333,20 +339,20 @@ class CycleGate:
         if totals.alloc[0] > share + _SLACK:
             return False
         headroom = totals.limit[0] - totals.alloc[0]
-        if min(gpus for gpus, _, _ in totals.pending) <= headroom + _SLACK:
+        if could_stay_within_limit(min(gpus for gpus, _, _ in totals.pending), headroom, _SLACK):
             return False
         if "preempt" not in self.actions:
             return True
         lowest_running = min(totals.running_priorities, default=math.inf)
-        return max(priority for _, priority, _ in totals.pending) <= lowest_running
+        highest = max(priority for _, priority, _ in totals.pending)
+        return not Preempt.could_preempt(highest, lowest_running)
 
     def _may_reclaim(self) -> bool:
         shares = self._fair_shares()
         over = [
             totals
             for totals in self.queues.values()
-            if totals.leaf
-            and any(totals.alloc[r] > shares[totals.name][r] + _SLACK for r in range(3))
+            if totals.leaf and over_fair_share(totals.alloc, shares[totals.name], slack=_SLACK)
         ]
         if not over:
             return False
@@ -357,9 +363,12 @@ class CycleGate:
             np_headroom = min(level.deserved[0] - level.np_alloc for level in totals.path)
             share = shares[totals.name][0]
             for gpus, _, preemptible in totals.pending:
-                if gpus > headroom + _SLACK or (not preemptible and gpus > np_headroom + _SLACK):
+                if not (
+                    could_stay_within_limit(gpus, headroom, _SLACK)
+                    and could_stay_within_deserved(gpus, preemptible, np_headroom, _SLACK)
+                ):
                     continue
-                if gpus <= EPSILON or totals.alloc[0] + gpus <= share + _SLACK:
+                if Reclaim.could_take(gpus, totals.alloc[0], share, _SLACK):
                     return True
         return False
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.model import Node, TaskGroup
+from corral.model import DEFAULT_PRIORITY, Node, TaskGroup
 
 TRACES_ENV = "CORRAL_TRACES"
 
@@ -37,7 +37,7 @@ class Job:
     submitted: float
     duration: float
     task_groups: tuple[TaskGroup, ...]
-    priority: int = 50
+    priority: int = DEFAULT_PRIORITY
     preemptible: bool = True
     gpu_models: tuple[str, ...] = ()
     utilisation: float | None = None

@@ -7,13 +7,13 @@ import hashlib
 import secrets
 import time
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event
 from corral.store.queues import queue_row
-from corral.store.records import PROJECT_ROLES, ROLES, UserRecord
+from corral.store.records import PROJECT_ROLES, ROLES, TokenRecord, UserRecord
 from corral.store.schema import MembershipRow, TokenRow, UserRow
 
 TOKEN_PREFIX = "crl_"
@@ -31,7 +31,7 @@ def ensure_admin(session: Session) -> str | None:
     user = UserRow(name="admin", role="admin", created_at=time.time())
     session.add(user)
     session.flush()
-    return _new_token(session, user)
+    return _new_token(session, user)[0]
 
 
 def check_user(role: str, project: str | None) -> None:
@@ -52,19 +52,20 @@ def check_project_role(role: str) -> None:
 
 
 def create_user(
-    session: Session, name: str, role: str, project: str | None
+    session: Session, name: str, role: str, project: str | None, unix_user: str | None = None
 ) -> tuple[UserRecord, str]:
     """Create a user with a first token (a member with a first membership, as a
-    `member`); returns the user and the token."""
+    `member`); returns the user and the token. `unix_user` is the Unix account its tasks
+    run as on a root agent (None: none)."""
     if session.scalar(select(UserRow.id).where(UserRow.name == name)):
         raise Conflict(f"user {name!r} already exists")
-    user = UserRow(name=name, role=role, created_at=time.time())
+    user = UserRow(name=name, role=role, created_at=time.time(), unix_user=unix_user)
     if project is not None:
         queue = queue_row(session, project, field="project")
         user.memberships.append(MembershipRow(queue_id=queue.id, role="member"))
     session.add(user)
     session.flush()
-    token = _new_token(session, user)
+    token = _new_token(session, user)[0]
     add_event(session, "user-created", "api", f"{name} ({role})")
     return _user_record(user), token
 
@@ -108,9 +109,91 @@ def _user_row(session: Session, name: str) -> UserRow:
     return row
 
 
-def create_token(session: Session, user: str) -> str:
-    """A new token for the user."""
-    return _new_token(session, _user_row(session, user))
+def set_unix_user(session: Session, name: str, unix_user: str | None) -> None:
+    """Change the Unix account a user's tasks run as on a root agent."""
+    row = session.scalar(select(UserRow).where(UserRow.name == name))
+    if row is None:
+        raise NotFound(f"user {name!r} not found")
+    row.unix_user = unix_user
+
+
+def create_token(
+    session: Session, user: str, name: str | None = None, expires_at: float | None = None
+) -> tuple[str, int]:
+    """A new token for the user, named and expiring when given; returns it and its id."""
+    row = session.scalar(select(UserRow).where(UserRow.name == user))
+    if row is None:
+        raise NotFound(f"user {user!r} not found")
+    token, token_row = _new_token(session, row, name, expires_at)
+    session.flush()
+    return token, token_row.id
+
+
+def list_tokens(session: Session, user: str | None = None) -> list[TokenRecord]:
+    """Tokens (of `user`, or of everyone), oldest first, revoked and expired ones too."""
+    query = select(TokenRow, UserRow.name).join(UserRow).order_by(TokenRow.id)
+    if user is not None:
+        query = query.where(UserRow.name == user)
+    return [
+        TokenRecord(
+            row.id,
+            owner,
+            row.name,
+            row.created_at,
+            row.expires_at,
+            row.revoked_at,
+            row.last_used_at,
+        )
+        for row, owner in session.execute(query).all()
+    ]
+
+
+def token_owner(session: Session, token_id: int) -> str:
+    """The name of the token's user; NotFound when there is no such token."""
+    owner = session.scalar(select(UserRow.name).join(TokenRow).where(TokenRow.id == token_id))
+    if owner is None:
+        raise NotFound(f"token {token_id} not found")
+    return owner
+
+
+def revoke_token(session: Session, token_id: int) -> None:
+    """Revoke a token: it stays listed, and authenticates nobody from now on. The last
+    usable token of the last admin is kept, as the last admin is (see `delete_user`):
+    without it nobody could administer the server."""
+    row = session.get(TokenRow, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id} not found")
+    if row.user.role == "admin" and _usable(row):
+        admins = select(UserRow.id).where(UserRow.role == "admin")
+        others = session.scalars(
+            select(TokenRow).where(TokenRow.user_id.in_(admins), TokenRow.id != token_id)
+        ).all()
+        if not any(_usable(other) for other in others):
+            raise Conflict(f"token {token_id} is the last usable admin token; make another first")
+    session.execute(
+        update(TokenRow)
+        .where(TokenRow.id == token_id, TokenRow.revoked_at.is_(None))
+        .values(revoked_at=time.time())
+    )
+
+
+def delete_user(session: Session, name: str) -> None:
+    """Delete a user and their tokens, so that none of these authenticates any more; the
+    last admin is kept. Their workloads and audit records keep the name."""
+    row = session.scalar(select(UserRow).where(UserRow.name == name))
+    if row is None:
+        raise NotFound(f"user {name!r} not found")
+    if row.role == "admin":
+        admins = session.scalar(
+            select(func.count()).select_from(UserRow).where(UserRow.role == "admin")
+        )
+        if admins == 1:
+            raise Conflict(f"{name!r} is the last admin")
+    # The tokens are deleted explicitly, not left to the foreign key's cascade: the ORM
+    # would otherwise null their user_id first.
+    session.execute(delete(TokenRow).where(TokenRow.user_id == row.id))
+    session.delete(row)
+    add_event(session, "user-deleted", "api", name)
 
 
 def list_users(session: Session) -> list[UserRecord]:
@@ -123,18 +206,41 @@ def list_users(session: Session) -> list[UserRecord]:
     return [_user_record(row) for row in rows]
 
 
-def token_user(session: Session, key: str) -> UserRecord | None:
-    """The user of the token whose digest is `key`, or None."""
+def token_user(session: Session, key: str, now: float) -> tuple[UserRecord, float | None] | None:
+    """The user of the token whose digest is `key`, and when the token expires; None when
+    there is no such token, or it is revoked or expired at `now`."""
     row = session.scalar(select(TokenRow).where(TokenRow.digest == key))
-    return None if row is None else _user_record(row.user)
+    if row is None or row.revoked_at is not None:
+        return None
+    if row.expires_at is not None and row.expires_at <= now:
+        return None
+    return _user_record(row.user), row.expires_at
+
+
+def _usable(row: TokenRow) -> bool:
+    return row.revoked_at is None and (row.expires_at is None or row.expires_at > time.time())
+
+
+def touch_token(session: Session, key: str, now: float) -> None:
+    """Note that the token whose digest is `key` was used at `now`."""
+    session.execute(update(TokenRow).where(TokenRow.digest == key).values(last_used_at=now))
 
 
 def _user_record(row: UserRow) -> UserRecord:
     memberships = tuple((m.queue.name, m.role) for m in row.memberships)
-    return UserRecord(row.name, row.role, memberships)
+    return UserRecord(row.name, row.role, memberships, row.unix_user)
 
 
-def _new_token(session: Session, user: UserRow) -> str:
+def _new_token(
+    session: Session, user: UserRow, name: str | None = None, expires_at: float | None = None
+) -> tuple[str, TokenRow]:
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    session.add(TokenRow(user_id=user.id, digest=digest(token), created_at=time.time()))
-    return token
+    row = TokenRow(
+        user_id=user.id,
+        digest=digest(token),
+        created_at=time.time(),
+        name=name,
+        expires_at=expires_at,
+    )
+    session.add(row)
+    return token, row

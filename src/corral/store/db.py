@@ -16,22 +16,24 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+import corral.store.accounts as accounts
+import corral.store.audit as audit
+import corral.store.events as events
+import corral.store.idempotency as idempotency
+import corral.store.nodes as nodes
+import corral.store.queues as queues
+import corral.store.scheduling as scheduling
+import corral.store.secrets as secrets
+import corral.store.summaries as summaries
+import corral.store.tasks as tasks
+import corral.store.usage as usage
+import corral.store.workloads as workloads
 from corral.model import Decisions, Queue, Snapshot, Workload
 from corral.model.spec import NodeSpec, WorkloadSpec
-from corral.store import (
-    accounts,
-    events,
-    nodes,
-    queues,
-    scheduling,
-    secrets,
-    summaries,
-    tasks,
-    usage,
-    workloads,
-)
+from corral.store.audit import AuditQuery, AuditRecord
 from corral.store.convert import node_record, queue_record
 from corral.store.database import Database
+from corral.store.idempotency import Idempotency, Replayed
 from corral.store.records import (
     BoundWork,
     ClusterCounts,
@@ -39,6 +41,7 @@ from corral.store.records import (
     NodeRecord,
     QueueRecord,
     Release,
+    TokenRecord,
     UserRecord,
     WorkloadRecord,
 )
@@ -56,8 +59,9 @@ class Store(Database):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         usage.install(self)
-        # Token digest -> (user, when it was looked up); see `authenticate`.
-        self._tokens: dict[str, tuple[UserRecord, float]] = {}
+        # Token digest -> (user, when it was looked up, when the token expires); see
+        # `authenticate`.
+        self._tokens: dict[str, tuple[UserRecord, float, float | None]] = {}
         # Submissions waiting for a transaction (group commit, see `submit`).
         self._queue_lock = threading.Lock()
         self._queued: list[Submission] = []
@@ -168,22 +172,50 @@ class Store(Database):
             raise outcome
         return outcome
 
-    def submit_many(self, specs: Sequence[WorkloadSpec]) -> list[WorkloadRecord | Exception]:
+    def submit_many(
+        self,
+        specs: Sequence[WorkloadSpec],
+        keys: Sequence[Idempotency | None] | None = None,
+    ) -> list[WorkloadRecord | Exception]:
         """Add pending workloads in one transaction: for each, what `submit` would return
-        or raise. One bad submission fails no other."""
-        batch = [Submission(spec, time.time()) for spec in specs]
+        or raise. One bad submission fails no other. `keys`, one per spec: the request's
+        Idempotency-Key, written with its workload; a key used before gives `Replayed`."""
+        now = time.time()
+        batch = [
+            Submission(spec, now, idempotency=key)
+            for spec, key in zip(specs, keys or [None] * len(specs), strict=True)
+        ]
         with self.writing():
             self._submit_batch(batch)
         return [item.outcome() for item in batch]
 
-    def submit_all(self, specs: Sequence[WorkloadSpec]) -> list[WorkloadRecord]:
+    def submit_all(
+        self, specs: Sequence[WorkloadSpec], key: Idempotency | None = None
+    ) -> list[WorkloadRecord]:
         """Add pending workloads all together or not at all, in one transaction. The first
         submission that fails a check fails the whole; an Invalid names it by its place
-        (`at=("workloads", i)`)."""
-        batch = [Submission(spec, time.time()) for spec in specs]
+        (`at=("workloads", i)`). With `key` (the request's Idempotency-Key), the key is
+        written in the same transaction; a key used before raises `Replayed`."""
+        now = time.time()
+        batch = [Submission(spec, now) for spec in specs]
         with self.write(relevant=False) as session:
+            if key is not None:
+                seen = idempotency.find(session, [key]).get((key.user, key.key))
+                if seen is not None:
+                    raise seen
             written = workloads.insert_submissions(session, batch, atomic=True)
+            if key is not None:
+                idempotency.remember(session, key, [spec.name for spec in specs], now)
         return [record for _, record in written]
+
+    def replayed(self, replay: Replayed) -> list[WorkloadRecord]:
+        """The workloads an earlier request with the same Idempotency-Key created, as they
+        are now (those deleted since are left out)."""
+        with self.read() as session:
+            found = {
+                r.spec.name: r for r in workloads.list_workloads_named(session, replay.workloads)
+            }
+        return [found[name] for name in replay.workloads if name in found]
 
     def _submit_batch(self, batch: list[Submission]) -> None:
         # A new pending workload is not in a cycle's snapshot and changes nothing it
@@ -283,15 +315,22 @@ class Store(Database):
             return tasks.task_started(session, workload, task, pid, proc_start)
 
     def task_ended(
-        self, workload: str, task: int, exit_code: int | None, reason: str
+        self,
+        workload: str,
+        task: int,
+        exit_code: int | None,
+        reason: str,
+        attempt: int | None = None,
     ) -> list[Release]:
         """A task's process ended. A task that is no longer bound (evicted, suspended,
-        deleted) changes nothing more. Otherwise exit 0 marks the task done, and the
+        deleted), or the end of an earlier `attempt` than the workload's current one (a
+        preempted process whose end arrives after the workload was bound again), changes
+        nothing more. Otherwise exit 0 marks the task done, and the
         workload succeeds when every task is; any other end stops the rest of the gang and
         sends the workload back to pending, or to failed once its retries are used up.
         Returns the sibling tasks to stop."""
         with self.write() as session:
-            return tasks.task_ended(session, workload, task, exit_code, reason)
+            return tasks.task_ended(session, workload, task, exit_code, reason, attempt)
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive; an unavailable node becomes ready again."""
@@ -313,12 +352,37 @@ class Store(Database):
         with self._accounts() as session:
             return accounts.ensure_admin(session)
 
-    def create_user(self, name: str, role: str, project: str | None) -> tuple[UserRecord, str]:
+    def create_user(
+        self, name: str, role: str, project: str | None, unix_user: str | None = None
+    ) -> tuple[UserRecord, str]:
         """Create a user with a first token (a member with `project` as a first
-        membership); returns the user and the token."""
+        membership); returns the user and the token. `unix_user` is the account its tasks
+        run as on a root agent (None: none)."""
         accounts.check_user(role, project)
         with self._accounts() as session:
-            return accounts.create_user(session, name, role, project)
+            return accounts.create_user(session, name, role, project, unix_user)
+
+    def set_unix_user(self, name: str, unix_user: str | None) -> None:
+        """Change the Unix account a user's tasks run as on a root agent."""
+        with self._accounts() as session:
+            accounts.set_unix_user(session, name, unix_user)
+
+    def create_token(
+        self, user: str, name: str | None = None, expires_at: float | None = None
+    ) -> tuple[str, int]:
+        """A new token for the user, named and expiring when given; it and its id."""
+        with self._accounts() as session:
+            return accounts.create_token(session, user, name, expires_at)
+
+    def list_tokens(self, user: str | None = None) -> list[TokenRecord]:
+        """Tokens (of `user`, or of everyone), oldest first; never their values."""
+        with self.read() as session:
+            return accounts.list_tokens(session, user)
+
+    def token_owner(self, token_id: int) -> str:
+        """The name of the token's user; NotFound when there is no such token."""
+        with self.read() as session:
+            return accounts.token_owner(session, token_id)
 
     def set_membership(self, name: str, project: str, role: str) -> UserRecord:
         """Make member `name` belong to `project` with `role`, or change its role there."""
@@ -330,10 +394,15 @@ class Store(Database):
         with self._accounts() as session:
             return accounts.remove_membership(session, name, project)
 
-    def create_token(self, user: str) -> str:
-        """A new token for the user."""
+    def revoke_token(self, token_id: int) -> None:
+        """Revoke a token, at once: the remembered tokens are forgotten."""
         with self._accounts() as session:
-            return accounts.create_token(session, user)
+            accounts.revoke_token(session, token_id)
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user and their tokens, at once: the remembered tokens are forgotten."""
+        with self._accounts() as session:
+            accounts.delete_user(session, name)
 
     def list_users(self) -> list[UserRecord]:
         """Every user, oldest first."""
@@ -341,25 +410,53 @@ class Store(Database):
             return accounts.list_users(session)
 
     def remembered(self, token: str) -> UserRecord | None:
-        """The token's user if `authenticate` found it a short while ago; no database."""
+        """The token's user if `authenticate` found it a short while ago and it has not
+        expired since; no database."""
         known = self._tokens.get(accounts.digest(token))
-        if known is not None and time.monotonic() - known[1] < TOKEN_CACHE_SECONDS:
-            return known[0]
-        return None
+        if known is None:
+            return None
+        user, looked_up, expires_at = known
+        if time.monotonic() - looked_up >= TOKEN_CACHE_SECONDS:
+            return None
+        if expires_at is not None and expires_at <= time.time():
+            return None
+        return user
 
     def authenticate(self, token: str) -> UserRecord | None:
-        """The token's user, or None. Users found are remembered for a short while (every
-        API request authenticates); a change to users, tokens or queues forgets them."""
+        """The token's user, or None (also for a revoked or expired token). Users found
+        are remembered for a short while (every API request authenticates); a change to
+        users, tokens or queues forgets them. The token's last use is written when it is
+        looked up, so it is exact to TOKEN_CACHE_SECONDS."""
         known = self.remembered(token)
         if known is not None:
             return known
         key = accounts.digest(token)
+        now = time.time()
         with self.read() as session:
-            found = accounts.token_user(session, key)
+            found = accounts.token_user(session, key, now)
         if found is None:
             return None
-        self._tokens[key] = (found, time.monotonic())
-        return found
+        with self.write(relevant=False) as session:
+            accounts.touch_token(session, key, now)
+        self._tokens[key] = (found[0], time.monotonic(), found[1])
+        return found[0]
+
+    # -- audit ---------------------------------------------------------------------------
+
+    def add_audit(self, records: Sequence[AuditRecord]) -> None:
+        """Write audit records, in one transaction."""
+        with self.write(relevant=False) as session:
+            audit.add_audit(session, records)
+
+    def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        """Audit records that pass `query`'s filters, oldest first."""
+        with self.read() as session:
+            return audit.list_audit(session, query)
+
+    def purge_idempotency(self) -> int:
+        """Forget Idempotency-Keys older than a day; returns how many."""
+        with self.write(relevant=False) as session:
+            return idempotency.purge(session, time.time())
 
     # -- project secrets -----------------------------------------------------------------
 

@@ -95,6 +95,7 @@ class UserRecord:
     name: str
     role: str
     memberships: tuple[tuple[str, str], ...] = ()
+    unix_user: str | None = None
 
     @property
     def project(self) -> str | None:
@@ -114,6 +115,19 @@ class UserRecord:
     def reads_all(self) -> bool:
         """Admins and viewers read every project; members only their own."""
         return self.role in ("admin", "viewer")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """What is shown of a token: never its value nor its digest."""
+
+    id: int
+    user: str
+    name: str | None
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+    last_used_at: float | None
 
 
 @dataclass(frozen=True, slots=True)

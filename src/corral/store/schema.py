@@ -24,6 +24,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from corral.model import DEFAULT_GRACE_PERIOD
+
 NAME = 63  # DNS-label length, as Kubernetes uses for object names
 
 
@@ -119,7 +121,7 @@ class WorkloadRow(Base):
     max_runtime: Mapped[float | None] = mapped_column(Float)
     backoff_limit: Mapped[int] = mapped_column(Integer, default=0)
     # Seconds between SIGTERM and SIGKILL when the workload is stopped or preempted.
-    grace_period: Mapped[float] = mapped_column(Float, default=30.0)
+    grace_period: Mapped[float] = mapped_column(Float, default=DEFAULT_GRACE_PERIOD)
     # pending | running | succeeded | failed | suspended
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
@@ -204,6 +206,8 @@ class UserRow(Base):
     # users.project_id of 0001 is left in the database, unused: see 0003_memberships.)
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
+    # The Unix account this user's tasks run as on a root agent; None: it has none.
+    unix_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
     memberships: Mapped[list[MembershipRow]] = relationship(
         back_populates="user", cascade="all, delete-orphan", order_by="MembershipRow.id"
@@ -248,5 +252,45 @@ class TokenRow(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
+    # What the token is for, as its owner named it (0003_audit adds these four).
+    name: Mapped[str | None] = mapped_column(String(NAME))
+    expires_at: Mapped[float | None] = mapped_column(Float)
+    # A revoked token is kept (its name and times stay listed) but authenticates nobody.
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float)
 
     user: Mapped[UserRow] = relationship()
+
+
+class AuditRow(Base):
+    """One write request as the API answered it. The user is kept by name, so that the
+    record outlives the user."""
+
+    __tablename__ = "audit"
+    __table_args__ = (Index("ix_audit_at", "at"), Index("ix_audit_user_at", "user", "at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
+    # None when the request named no valid token (a 401).
+    user: Mapped[str | None] = mapped_column(String(NAME))
+    method: Mapped[str] = mapped_column(String(16))
+    # The route's template ("/api/v1/workloads/{name}"), or the path when none matched.
+    route: Mapped[str] = mapped_column(String(255))
+    path: Mapped[str] = mapped_column(String(1024))
+    address: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[int] = mapped_column(Integer)
+
+
+class IdempotencyRow(Base):
+    """An `Idempotency-Key` a user sent with a submission, the digest of the body it came
+    with, and the workloads that request created (written in the same transaction)."""
+
+    __tablename__ = "idempotency"
+    __table_args__ = (UniqueConstraint("user", "key"), Index("ix_idempotency_at", "created_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user: Mapped[str] = mapped_column(String(NAME))
+    key: Mapped[str] = mapped_column(String(255))
+    digest: Mapped[str] = mapped_column(String(64))
+    workloads: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)

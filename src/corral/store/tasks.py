@@ -71,12 +71,21 @@ def task_started(session: Session, workload: str, task: int, pid: int, proc_star
 
 
 def task_ended(
-    session: Session, workload: str, task: int, exit_code: int | None, reason: str
+    session: Session,
+    workload: str,
+    task: int,
+    exit_code: int | None,
+    reason: str,
+    attempt: int | None = None,
 ) -> list[Release]:
     """A task's process ended (see `Store.task_ended`). Returns the sibling tasks to stop."""
     placement = _placement(session, workload, task)
     row = session.scalar(select(WorkloadRow).where(WorkloadRow.name == workload))
     if placement is None or row is None:
+        return []
+    if attempt is not None and attempt != row.attempts:
+        # An earlier attempt's process (preempted, then the workload bound again before
+        # its end was reported): the task bound now has not ended.
         return []
     if exit_code == 0:
         _task_succeeded(session, row, placement, reason)

@@ -13,6 +13,7 @@ from corral.model.spec import WorkloadSpec
 from corral.store.convert import workload_record, workload_values
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
+from corral.store.idempotency import Idempotency, Replayed, find, remember
 from corral.store.records import ACTIVE, WorkloadRecord
 from corral.store.schema import PlacementRow, QueueRow, SecretRow, TaskGroupRow, WorkloadRow
 
@@ -38,6 +39,8 @@ class Submission:
     done: bool = False
     record: WorkloadRecord | None = None
     error: Exception | None = None
+    # The request's Idempotency-Key, written in the same transaction as the workload.
+    idempotency: Idempotency | None = None
 
     def outcome(self) -> WorkloadRecord | Exception:
         """The stored workload, or the error that kept it out."""
@@ -52,10 +55,53 @@ def insert_submissions(
     session: Session, batch: list[Submission], atomic: bool = False
 ) -> list[tuple[Submission, WorkloadRecord]]:
     """Check and insert a batch of submissions; those that fail a check get their error
-    and are not written. `atomic`: the first failure is raised, and nothing written."""
+    and are not written. `atomic`: the first failure is raised, and nothing written.
+
+    A submission whose Idempotency-Key was used before gets `Replayed` (naming what the
+    first request created) instead of being written; so does a second one with the same
+    key in this batch (two concurrent retries), once the first is."""
+    followers = _replays(session, batch)
     accepted = _check_submissions(session, batch, atomic)
-    if not accepted:
+    written = _insert(session, accepted) if accepted else []
+    for item, _ in written:
+        if item.idempotency is not None:
+            remember(session, item.idempotency, [item.spec.name], item.at)
+    for item, leader in followers:
+        if leader.error is not None:
+            item.error = leader.error
+        else:
+            assert item.idempotency is not None and leader.idempotency is not None
+            same = item.idempotency.digest == leader.idempotency.digest
+            item.error = Replayed(item.idempotency, [leader.spec.name], same)
+    return written
+
+
+def _replays(session: Session, batch: list[Submission]) -> list[tuple[Submission, Submission]]:
+    """Give the submissions whose key was used before `Replayed`; return those whose key
+    an earlier one in the batch has, each with that earlier one."""
+    keyed = [item for item in batch if item.idempotency is not None]
+    if not keyed:
         return []
+    seen = find(session, [item.idempotency for item in keyed if item.idempotency])
+    leaders: dict[tuple[str, str], Submission] = {}
+    followers = []
+    for item in keyed:
+        assert item.idempotency is not None
+        wanted = (item.idempotency.user, item.idempotency.key)
+        if wanted in seen:
+            item.error = seen[wanted]
+        elif wanted in leaders:
+            followers.append((item, leaders[wanted]))
+            # Not an error of its own: set after the leader's outcome is known.
+            item.error = Replayed(item.idempotency, [], False)
+        else:
+            leaders[wanted] = item
+    return followers
+
+
+def _insert(
+    session: Session, accepted: list[tuple[Submission, int]]
+) -> list[tuple[Submission, WorkloadRecord]]:
     connection = session.connection()
     ids = (
         connection.execute(
@@ -118,6 +164,8 @@ def _check_submissions(
     taken: set[str] = set()
     accepted = []
     for index, item in enumerate(batch):
+        if item.error is not None:  # a replayed Idempotency-Key
+            continue
         spec = item.spec
         queue = queues.get(spec.project)
         missing = sorted({n for n in spec.secrets.values() if (spec.project, n) not in held})
@@ -168,15 +216,21 @@ def get_workload(session: Session, name: str) -> WorkloadRecord:
     return workload_record(row, row.queue.name)
 
 
+def list_workloads_named(session: Session, names: list[str]) -> list[WorkloadRecord]:
+    """The workloads among `names` that exist, oldest first."""
+    return list_workloads(session, None, None, None, names=names)
+
+
 def list_workloads(
     session: Session,
     project: str | None,
     status: str | None,
     user: str | None,
     projects: Collection[str] | None = None,
+    names: list[str] | None = None,
 ) -> list[WorkloadRecord]:
-    """Workloads, oldest first, of one project, status or user when given, and of
-    `projects` only when given."""
+    """Workloads, oldest first, of one project, status or user, or among `names`, when
+    given, and of `projects` only when given."""
     query = (
         select(WorkloadRow, QueueRow.name)
         .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
@@ -194,6 +248,8 @@ def list_workloads(
         query = query.where(WorkloadRow.status == status)
     if user is not None:
         query = query.where(WorkloadRow.user == user)
+    if names is not None:
+        query = query.where(WorkloadRow.name.in_(names))
     return [workload_record(row, queue) for row, queue in session.execute(query).all()]
 
 

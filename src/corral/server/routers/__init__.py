@@ -7,7 +7,16 @@ OpenAPI document (from which `corral.sdk.types` is generated): rename with care.
 
 from fastapi import APIRouter
 
-from corral.server.routers import cluster, nodes, queues, secrets, users, workloads
+from corral.server.routers import (
+    audit,
+    cluster,
+    nodes,
+    queues,
+    secrets,
+    tokens,
+    users,
+    workloads,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     queues.router,
@@ -16,5 +25,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     cluster.router,
     users.router,
     secrets.router,
+    tokens.router,
+    audit.router,
     cluster.health,
 )

@@ -8,11 +8,14 @@ belongs to one project or more, as a `member` (manages their own workloads there
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Response
 
 from corral.server.deps import API, Admin, StoreDep, User
 from corral.server.errors import ERRORS
-from corral.server.schemas import MembershipIn, TokenOut, UserIn, UserOut
+from corral.server.schemas import MembershipIn, TokenIn, TokenOut, UserIn, UserOut
+from corral.store import Conflict
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["users"])
 
@@ -24,9 +27,7 @@ def list_users(_: Admin, store: StoreDep) -> list[UserOut]:
 
 @router.post("/users", response_model=TokenOut, status_code=201)
 def create_user(body: UserIn, _: Admin, store: StoreDep) -> TokenOut:
-    """Create a user and their first token; a member's `project` is their first
-    membership, as a `member`."""
-    record, token = store.create_user(body.name, body.role, body.project)
+    record, token = store.create_user(body.name, body.role, body.project, body.account())
     return TokenOut(user=record.name, token=token)
 
 
@@ -45,9 +46,22 @@ def remove_membership(name: str, project: str, _: Admin, store: StoreDep) -> Res
     return Response(status_code=204)
 
 
+@router.delete("/users/{name}", status_code=204)
+def delete_user(name: str, current: Admin, store: StoreDep) -> Response:
+    """Delete a user; their tokens stop working at once. Their workloads stay."""
+    if name == current.name:
+        raise Conflict("you cannot delete yourself")
+    store.delete_user(name)
+    return Response(status_code=204)
+
+
 @router.post("/users/{name}/tokens", response_model=TokenOut, status_code=201)
-def create_token(name: str, _: Admin, store: StoreDep) -> TokenOut:
-    return TokenOut(user=name, token=store.create_token(name))
+def create_token(name: str, _: Admin, store: StoreDep, body: TokenIn | None = None) -> TokenOut:
+    """A new token for the user, named and expiring when the body says so."""
+    body = body or TokenIn()
+    expires_at = body.expires_at(time.time())
+    token, token_id = store.create_token(name, body.name, expires_at)
+    return TokenOut(user=name, token=token, id=token_id, name=body.name, expires_at=expires_at)
 
 
 @router.get("/whoami", response_model=UserOut)

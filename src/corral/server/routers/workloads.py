@@ -5,11 +5,15 @@ project's project-admins manage all of its workloads; viewers read all; admins d
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Response
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
+from corral.server.accounts import require_account
 from corral.server.background import Background
 from corral.server.deps import (
     API,
@@ -27,12 +31,46 @@ from corral.server.logs import read_log
 from corral.server.outputs import vars_of, workload_out
 from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
 from corral.server.why import explain
-from corral.store import STATUSES, Conflict, WorkloadRecord
+from corral.store import STATUSES, Conflict, Invalid, NotFound, Store, WorkloadRecord
+from corral.store.idempotency import Idempotency, Replayed
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"])
 # Draws of a server-made workload name before a clash is reported (each clashes with
 # odds of about n / 16.7 million for n workloads in the project).
 NAME_ATTEMPTS = 5
+
+
+# A retried submission sends the same key: the first answer is given again.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="a retry with the same key (and body) within 24 h returns the first "
+        "answer instead of submitting again; the same key with another body is 422",
+    ),
+]
+
+
+def idempotency(key: str | None, user: str, body: BaseModel) -> Idempotency | None:
+    """The request's key, with the digest of its body as parsed (so that a retry that
+    formats its JSON differently is still the same request)."""
+    if key is None:
+        return None
+    return Idempotency(user, key, hashlib.sha256(body.model_dump_json().encode()).hexdigest())
+
+
+def replayed(store: Store, replay: Replayed) -> list[WorkloadRecord]:
+    """The workloads of an earlier request with the same key; 422 when it came with
+    another body."""
+    if not replay.same:
+        raise Invalid(
+            "Idempotency-Key",
+            f"{replay.key.key!r} was used within 24 h with a different body; "
+            "send a new key for a new request",
+        )
+    return store.replayed(replay)
 
 
 def drawn_name(project: str) -> str:
@@ -55,45 +93,77 @@ def list_workloads(
 
 
 @router.post("/workloads", response_model=WorkloadOut, status_code=201)
-async def submit(body: WorkloadIn, current: User, background: BackgroundDep) -> WorkloadOut:
+async def submit(
+    body: WorkloadIn,
+    current: User,
+    background: BackgroundDep,
+    store: StoreDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> WorkloadOut:
     # Async, unlike the other handlers: the writer thread commits submissions in
     # batches (corral.server.submissions) and wakes the scheduler.
     may_submit(current, body.project)
-    if body.name is not None:
-        record = await background.submissions.submit(body.to_spec(body.name, current.name))
-    else:
-        record = await submit_named(background, body, current.name)
+    require_account(background.cluster, current)
+    key = idempotency(idempotency_key, current.name, body)
+    try:
+        if body.name is not None:
+            record = await background.submissions.submit(body.to_spec(body.name, current.name), key)
+        else:
+            record = await submit_named(background, body, current.name, key)
+    except Replayed as replay:
+        found = await run_in_threadpool(replayed, store, replay)
+        if not found:
+            raise NotFound(
+                f"the workload of Idempotency-Key {replay.key.key!r} was deleted"
+            ) from None
+        response.headers["Idempotent-Replayed"] = "true"
+        record = found[0]
     return workload_out(record)
 
 
-async def submit_named(background: Background, body: WorkloadIn, user: str) -> WorkloadRecord:
+async def submit_named(
+    background: Background, body: WorkloadIn, user: str, key: Idempotency | None = None
+) -> WorkloadRecord:
     """Submit under a name drawn by the server; on the rare clash with an existing name,
     draw again."""
     submissions = background.submissions
     for _ in range(NAME_ATTEMPTS - 1):
         try:
-            return await submissions.submit(body.to_spec(drawn_name(body.project), user))
+            return await submissions.submit(body.to_spec(drawn_name(body.project), user), key)
         except Conflict:
             continue
-    return await submissions.submit(body.to_spec(drawn_name(body.project), user))
+    return await submissions.submit(body.to_spec(drawn_name(body.project), user), key)
 
 
 @router.post("/workloads/batch", response_model=list[WorkloadOut], status_code=201)
 def submit_batch(
-    body: WorkloadBatchIn, current: User, store: StoreDep, loop: LoopDep
+    body: WorkloadBatchIn,
+    current: User,
+    store: StoreDep,
+    loop: LoopDep,
+    response: Response,
+    background: BackgroundDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> list[WorkloadOut]:
     """Submit several workloads in one transaction: all are stored, or none (the
-    first that fails a check is named by its place, `workloads[i]`)."""
+    first that fails a check is named by its place, `workloads[i]`). With an
+    Idempotency-Key, a retry gives the first answer again."""
     for item in body.workloads:
         may_submit(current, item.project)
+    require_account(background.cluster, current)
+    key = idempotency(idempotency_key, current.name, body)
     for attempt in range(NAME_ATTEMPTS):
         specs = [
             item.to_spec(item.name or drawn_name(item.project), current.name)
             for item in body.workloads
         ]
         try:
-            records = store.submit_all(specs)
+            records = store.submit_all(specs, key)
             break
+        except Replayed as replay:
+            response.headers["Idempotent-Replayed"] = "true"
+            return [workload_out(record) for record in replayed(store, replay)]
         except Conflict as clash:
             # A clash of names the client chose is final; of names drawn here, draw again.
             chosen = [item.name for item in body.workloads if item.name]

@@ -6,7 +6,7 @@ column itself stays, unused: dropping a column on SQLite rebuilds the table, and
 the old `users` table would cascade to `tokens`.
 
 Revision ID: 0003_memberships
-Revises: 0002
+Revises: 0003_audit
 Create Date: 2026-11-23 17:00:00
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003_memberships"
-down_revision: str | None = "0002"
+down_revision: str | None = "0003_audit"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

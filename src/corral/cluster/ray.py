@@ -1,0 +1,401 @@
+"""Many machines: the agents are Ray actors, one per Ray node (`corral.cluster.ray_agent`).
+
+The control plane connects to Ray as a driver. Ray tells which nodes are alive and
+carries the messages; corral decides everything else. On every alive node runs one
+detached actor, named `agent-<node id>` in namespace `corral`, pinned to its node (hard
+node affinity, `num_cpus=0`), so that a restarted server finds it again by name and
+adopts its tasks. Ray's `GPU` resource is never used to place corral tasks: the agent
+finds its devices itself (NVML, or the node's `corral_virtual_gpus` resource).
+
+A poller calls every agent's `drain()` about once a second. The answer carries the
+agent's reports, what it runs, new log output and telemetry; a successful answer is the
+node's heartbeat. An agent that stops answering is marked lost by the dispatcher's
+`expire_nodes` after the loss timeout; its tasks were fenced by their own launchers
+before that (the fence timeout is shorter), so no task runs twice.
+
+Importing this module imports Ray; the rest of corral never does unless `--ray` is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corral.cluster.ray_agent import NodeAgent
+from corral.messages import Reports, TaskLaunch, TaskStop
+from corral.model import Node
+from corral.model.spec import NodeSpec
+from corral.store import NotFound, Store
+
+try:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+except ImportError as error:  # pragma: no cover - the message is the point
+    raise ImportError("corral on Ray needs Ray: pip install 'corral[ray]'") from error
+
+log = logging.getLogger("corral.cluster.ray")
+
+# One corral per Ray cluster uses the namespace `corral`; another one (a test, a second
+# team) sets CORRAL_RAY_NAMESPACE so that it gets agents of its own.
+NAMESPACE = os.environ.get("CORRAL_RAY_NAMESPACE", "corral")
+LABEL_PREFIX = "corral.io/"
+VIRTUAL_GPUS = "corral_virtual_gpus"
+# An answer is a heartbeat, but each is a write to the store: one per node this often is
+# enough for a loss timeout of several seconds (1,000 nodes, 500 writes/s; one a second
+# would be 1,000).
+HEARTBEAT_EVERY = 2.0
+
+
+def connect(address: str, timeout: float = 30.0) -> None:
+    """Connect this process to the Ray cluster at `address` ("auto" as Ray understands it)
+    as a driver. `ray.init` against a dead head hangs for minutes, so it runs in a thread
+    and is given up after `timeout` seconds."""
+    if ray.is_initialized():
+        return
+    failure: list[BaseException] = []
+    host = address.rpartition(":")[0]
+    local: dict[str, Any] = {}
+    if host.startswith("127.") or host == "localhost":
+        # Ray rewrites a loopback head address into this machine's outward address, where
+        # a head listening on loopback (one machine, tests) does not answer: keep it.
+        ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
+        local["_node_ip_address"] = "127.0.0.1"
+
+    def init() -> None:
+        try:
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                **local,
+            )
+        except BaseException as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=init, name="ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RuntimeError(f"no Ray cluster answered at {address} within {timeout:g} s")
+    if failure:
+        raise RuntimeError(f"cannot connect to Ray at {address}: {failure[0]}")
+
+
+def node_name(node: dict[str, Any]) -> str:
+    """The corral name of a Ray node: its `corral.io/name` label, else its hostname and a
+    short node id (several Ray nodes may share one hostname)."""
+    labels = node.get("Labels") or {}
+    given = labels.get(LABEL_PREFIX + "name")
+    raw = given or f"{node.get('NodeManagerHostname', 'node')}-{node['NodeID'][:6]}"
+    name = re.sub(r"[^a-z0-9-]+", "-", raw.lower()).strip("-")
+    return name[:63] or node["NodeID"][:12]
+
+
+def node_labels(node: dict[str, Any]) -> dict[str, str]:
+    """Ray labels under `corral.io/` (but the name), without the prefix."""
+    labels = node.get("Labels") or {}
+    return {
+        key.removeprefix(LABEL_PREFIX): str(value)
+        for key, value in labels.items()
+        if key.startswith(LABEL_PREFIX) and key != LABEL_PREFIX + "name"
+    }
+
+
+@dataclass
+class _Agent:
+    """One node's agent, as the server tracks it."""
+
+    node_id: str
+    name: str
+    address: str
+    handle: Any
+    labels: dict[str, str]
+    hello: Any = None  # the pending hello() call, until registered
+    registered: bool = False
+    draining: Any = None  # the pending drain() call
+    drain_sent: float = 0.0
+    last_answer: float = 0.0
+    last_heartbeat: float = 0.0
+    running: set[tuple[str, int]] = field(default_factory=set)
+
+
+class RayCluster:
+    """The `corral.cluster.Cluster` of a Ray cluster: one agent actor per alive node."""
+
+    def __init__(
+        self,
+        store: Store,
+        log_dir: Path,
+        *,
+        agent_root: str = "~/.local/share/corral-agent",
+        fence_timeout: float = 4.0,
+        poll_interval: float = 1.0,
+        checkpoint_root: Path | None = None,
+    ) -> None:
+        """`log_dir` is the server's data directory, where the logs shipped from every
+        node are written (as `corral logs` reads them); `agent_root` the directory of the
+        agents on their own nodes (`~` is theirs)."""
+        if not ray.is_initialized():
+            raise RuntimeError("connect to Ray first (corral.cluster.ray.connect)")
+        self.store = store
+        self.log_dir = log_dir
+        self.agent_root = agent_root
+        self.fence_timeout = fence_timeout
+        self.poll_interval = poll_interval
+        self.checkpoint_root = checkpoint_root
+        self.reports: Reports | None = None
+        self._actor: Any = ray.remote(NodeAgent)
+        self._agents: dict[str, _Agent] = {}  # by node id
+        self._by_name: dict[str, _Agent] = {}
+        # The last attempt sent for each task, and where: reports of older attempts (a
+        # task stopped on a node that came back) are not the current task's.
+        self._latest: dict[tuple[str, int], tuple[str, int]] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- corral.cluster.Cluster ------------------------------------------------------------
+
+    def connect(self, reports: Reports) -> None:
+        """Find or start the agents, wait (briefly) for the ones that run already to
+        answer, so that the first reconciliation adopts their tasks, then poll them."""
+        self.reports = reports
+        self.poll_once()
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            with self._lock:
+                waiting = [a for a in self._agents.values() if not a.registered]
+            if not waiting:
+                break
+            time.sleep(0.05)
+            self.poll_once()
+        self._thread = threading.Thread(target=self._poll, name="corral-ray", daemon=True)
+        self._thread.start()
+
+    def start(self, launches: list[TaskLaunch]) -> None:
+        by_node: dict[str, list[TaskLaunch]] = defaultdict(list)
+        for launch in launches:
+            by_node[launch.node].append(launch)
+        with self._lock:
+            for node, group in by_node.items():
+                agent = self._by_name.get(node)
+                if agent is None:
+                    continue
+                for launch in group:
+                    self._latest[launch.key] = (node, launch.attempt)
+                agent.handle.start.remote(group)
+
+    def stop(self, stops: list[TaskStop]) -> None:
+        by_node: dict[str, list[TaskStop]] = defaultdict(list)
+        for stop in stops:
+            by_node[stop.node].append(stop)
+        with self._lock:
+            for node, group in by_node.items():
+                agent = self._by_name.get(node)
+                if agent is not None:
+                    agent.handle.stop.remote(group)
+
+    def running(self, node: str) -> set[tuple[str, int]] | None:
+        """What the node's agent said it runs at its last answer; None when the node has
+        no registered agent that answered recently (the reconciler leaves it alone)."""
+        with self._lock:
+            agent = self._by_name.get(node)
+            if agent is None or not agent.registered:
+                return None
+            if time.time() - agent.last_answer > max(5 * self.poll_interval, 3.0):
+                return None
+            return set(agent.running)
+
+    def close(self) -> None:
+        """Stop polling; the agents and their tasks keep running, for the next server."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # -- optional capabilities (see corral.server.dispatch) -------------------------------
+
+    def rendezvous(self, workload: str, attempt: int, node: str) -> tuple[str, int]:
+        """Rank 0's node address and a port its agent found free there."""
+        with self._lock:
+            agent = self._by_name.get(node)
+        if agent is None:
+            raise LookupError(f"node {node} has no agent")
+        port: int = ray.get(agent.handle.free_port.remote(), timeout=10)
+        return agent.address, port
+
+    def agents(self) -> dict[str, str]:
+        """The registered agents: corral node name -> Ray node id."""
+        with self._lock:
+            return {a.name: a.node_id for a in self._agents.values() if a.registered}
+
+    # -- polling ---------------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.poll_interval):
+            try:
+                self.poll_once()
+            except Exception:
+                log.exception("polling the agents failed")
+
+    def poll_once(self) -> None:
+        """One round: start agents on new nodes, forget dead ones, drain the others."""
+        self._discover()
+        with self._lock:
+            agents = list(self._agents.values())
+        pending = {}
+        for agent in agents:
+            if agent.hello is not None:
+                pending[agent.hello] = (agent, "hello")
+            if agent.draining is not None and time.time() - agent.drain_sent > 30.0:
+                # A call that never came back (the node vanished): ask again.
+                agent.draining = None
+            if agent.registered and agent.draining is None:
+                agent.draining = agent.handle.drain.remote()
+                agent.drain_sent = time.time()
+            if agent.draining is not None:
+                pending[agent.draining] = (agent, "drain")
+        if not pending:
+            return
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.poll_interval / 2)
+        for ref in ready:
+            agent, kind = pending[ref]
+            try:
+                answer = ray.get(ref)
+            except ray.exceptions.RayError as error:
+                # An agent that cannot answer is not alive: no heartbeat, and the next
+                # round asks again (a restarted actor answers again by itself).
+                log.warning("agent of %s did not answer %s: %s", agent.name, kind, error)
+                if kind == "hello":
+                    agent.hello = agent.handle.hello.remote()
+                else:
+                    agent.draining = None
+                continue
+            if kind == "hello":
+                agent.hello = None
+                self._register(agent, answer)
+            else:
+                agent.draining = None
+                self._drained(agent, answer)
+
+    def _discover(self) -> None:
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        alive = {node["NodeID"]: node for node in nodes if node.get("Alive")}
+        with self._lock:
+            for node_id in list(self._agents):
+                if node_id not in alive:
+                    # The node left Ray: stop asking; the dispatcher marks it lost when
+                    # its heartbeat is older than the loss timeout.
+                    gone = self._agents.pop(node_id)
+                    if self._by_name.get(gone.name) is gone:
+                        del self._by_name[gone.name]
+                    log.warning("Ray node %s (%s) is gone", gone.name, node_id)
+            for node_id, node in alive.items():
+                if node_id not in self._agents:
+                    self._agents[node_id] = self._start_agent(node)
+
+    def _start_agent(self, node: dict[str, Any]) -> _Agent:
+        name = node_name(node)
+        node_id = node["NodeID"]
+        virtual = int((node.get("Resources") or {}).get(VIRTUAL_GPUS, 0))
+        handle = self._actor.options(
+            name=f"agent-{node_id}",
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_restarts=-1,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+        ).remote(
+            name,
+            self.agent_root,
+            self.fence_timeout,
+            virtual,
+            workloads_root=str(self.checkpoint_root) if self.checkpoint_root else None,
+        )
+        return _Agent(
+            node_id,
+            name,
+            node.get("NodeManagerAddress", "127.0.0.1"),
+            handle,
+            node_labels(node),
+            hello=handle.hello.remote(),
+        )
+
+    def _register(self, agent: _Agent, hello: dict[str, Any]) -> None:
+        devices = hello["devices"]
+        agent.last_answer = time.time()
+        with self._lock:
+            if devices:
+                self.store.register_node(
+                    NodeSpec(
+                        Node(
+                            name=agent.name,
+                            gpus=len(devices),
+                            gpu_memory=hello["memory"],
+                            gpu_model=hello["model"],
+                            cpu=hello["cpu"],
+                            memory=hello["ram"],
+                            labels=agent.labels,
+                        ),
+                        devices,
+                        virtual=hello["source"] == "virtual",
+                    ),
+                    replace_existing=True,
+                )
+                log.info("node %s joined: %s", agent.name, hello["note"])
+            agent.registered = True
+            self._by_name[agent.name] = agent
+
+    def _current(self, workload: str, attempt: int) -> bool:
+        """Whether `attempt` is the workload's attempt now (or nobody knows)."""
+        if attempt < 0:
+            return True
+        try:
+            return self.store.get_workload(workload).attempts == attempt
+        except NotFound:
+            return True
+
+    def _drained(self, agent: _Agent, answer: dict[str, Any]) -> None:
+        agent.last_answer = time.time()
+        agent.running = {(workload, task) for workload, task in answer["running"]}
+        for workload, task, data in answer["logs"]:
+            path = self.log_dir / "logs" / workload / f"task-{task}.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as handle:
+                handle.write(data)
+        reports = self.reports
+        if reports is None:
+            return
+        for item in answer["reports"]:
+            kind, workload, task, attempt = item[:4]
+            with self._lock:
+                latest = self._latest.get((workload, task))
+            if latest is not None and latest != (agent.name, attempt):
+                # An older attempt of a task that was sent elsewhere or again since.
+                continue
+            if kind == "ended" and not self._current(workload, attempt):
+                # The end of an attempt that was requeued and bound again meanwhile (its
+                # new start may not even be sent yet): not the current task's end.
+                continue
+            if kind == "started":
+                reports.task_started(agent.name, workload, task, item[4], item[5])
+            else:
+                reports.task_ended(
+                    agent.name, workload, task, item[4], item[5], attempt if attempt >= 0 else None
+                )
+                with self._lock:
+                    if self._latest.get((workload, task)) == (agent.name, attempt):
+                        del self._latest[(workload, task)]  # kept only while it runs
+        if agent.last_answer - agent.last_heartbeat >= HEARTBEAT_EVERY:
+            agent.last_heartbeat = agent.last_answer
+            reports.heartbeat(agent.name)
+        if answer["samples"]:
+            reports.samples(agent.name, answer["samples"])

@@ -1,0 +1,136 @@
+"""Consolidate: move preemptible workloads between nodes when that lets a pending one
+fit. Every moved workload is placed again in the same cycle: no net eviction."""
+
+from __future__ import annotations
+
+import math
+
+from corral.engine.kinds import GPU
+from corral.engine.placement import Allowed, Failure
+from corral.engine.quota import quota_block, within_quota
+from corral.engine.session import Session
+from corral.engine.state import Candidate, WorkloadState
+from corral.model import Placement
+from corral.model.resources import EPSILON
+
+
+class Consolidate:
+    """Make room for pending work by moving running work, never by evicting it."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def run(self) -> None:
+        """Move preemptible workloads between nodes when that lets a pending one fit."""
+        session = self.session
+        # Moves keep the queues' totals and the free GPUs as they are, and a placement only
+        # adds to them, so work that cannot be helped now cannot be later in this action.
+        if not any(self._may_help(candidate) for candidate in session.pending()):
+            return
+        for candidate in session.pending_in_order():
+            if self._may_help(candidate):
+                ws = candidate.workload
+                self._consolidate_for(ws, candidate.tasks, session.placer.eligible(ws))
+
+    def _may_help(self, candidate: Candidate) -> bool:
+        ws = candidate.workload
+        # Moves keep every workload placed, so only capacity free somewhere can help; it
+        # may sit on nodes the candidate cannot use, where moved work can go.
+        return (
+            ws.workload.topology is None
+            and quota_block(ws, candidate.request) is None
+            and candidate.request[GPU] <= self.session.state.free_gpu + EPSILON
+        )
+
+    def _consolidate_for(self, ws: WorkloadState, tasks: list[int], allowed: Allowed) -> bool:
+        session = self.session
+        state = session.state
+        mark = state.checkpoint()
+        moved: list[WorkloadState] = []
+        placed: list[Placement] = []
+        for task in tasks:
+            placement = session.placer.place_task(ws.tasks[task], task, allowed)
+            if placement is None:
+                placement = self._make_room(ws, task, allowed, moved)
+            if placement is None:
+                state.rollback(mark)
+                return False
+            state.bind(ws, placement)
+            placed.append(placement)
+        if not within_quota(ws):
+            # Memory-sized fractions may have taken more of a device than estimated.
+            state.rollback(mark)
+            return False
+        replaced: dict[str, list[Placement]] = {}
+        for mover in moved:
+            result = session.placer.place(mover, sorted(mover.original))
+            # A memory-sized fraction may take a larger share of a smaller device.
+            if isinstance(result, Failure) or not within_quota(mover):
+                state.rollback(mark)
+                return False
+            replaced[mover.name] = result
+        for placement in placed:
+            ws.started[placement.task] = placement
+        for mover in moved:
+            reason = f"moved to another node to make room for {ws.name}"
+            session.record_eviction(mover, tuple(sorted(mover.original)), "consolidate", ws, reason)
+            for placement in replaced[mover.name]:
+                mover.started[placement.task] = placement
+        state.journal.clear()
+        return True
+
+    def _make_room(
+        self, ws: WorkloadState, task: int, allowed: Allowed, moved: list[WorkloadState]
+    ) -> Placement | None:
+        """Take movable workloads off one node (tentatively) until `task` fits there."""
+        session = self.session
+        config = session.config
+        state = session.state
+        group = ws.tasks[task]
+        nodes = [
+            node
+            for node in session.placer.nodes_of(allowed)
+            if node.node.gpus >= math.ceil(group.gpu)
+        ]
+        # Most free capacity first; between equals, the node whose movable work is newest,
+        # since the newest work is the first to be disturbed everywhere else too.
+        nodes.sort(key=lambda node: (-node.free_gpu, -self._newest_movable(node.name), node.index))
+        for node in nodes[: config.consolidate_max_nodes]:
+            mark = state.checkpoint()
+            movers = [
+                other
+                for other in session.by_node.get(node.name, [])
+                if self._movable(other) and other not in moved
+            ]
+            movers.sort(
+                key=lambda other: (
+                    session.request_of(other, list(other.running))[GPU],
+                    -other.workload.submitted,
+                )
+            )
+            taken = []
+            only_here = frozenset((node.index,))
+            for other in movers[: config.consolidate_max_moves]:
+                for running in list(other.running):
+                    state.unbind(other, running)
+                taken.append(other)
+                placement = session.placer.place_task(group, task, only_here)
+                if placement is not None:
+                    moved.extend(taken)
+                    return placement
+            state.rollback(mark)
+        return None
+
+    def _newest_movable(self, node: str) -> float:
+        session = self.session
+        ages = [ws.workload.submitted for ws in session.by_node.get(node, []) if self._movable(ws)]
+        return max(ages, default=-math.inf)
+
+    def _movable(self, ws: WorkloadState) -> bool:
+        return (
+            ws.preemptible
+            and ws.name not in self.session.touched
+            and not ws.started
+            and bool(ws.original)
+            and len(ws.running) == len(ws.original)
+        )

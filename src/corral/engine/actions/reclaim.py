@@ -1,0 +1,219 @@
+"""Reclaim: queues under their fair share take GPUs back from queues above theirs.
+
+Victims come in queue order (the most over-served queue first, then its own order).
+When those would not make room, as when they free GPUs spread over nodes where the
+candidate needs them together, the same victims are tried node by node, the nodes with
+the most GPUs free or held by queues that may give first.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from corral.engine.eviction import NextVictim, Unit, VictimSearch
+from corral.engine.kinds import CPU, GPU, MEMORY, Request
+from corral.engine.quota import (
+    amount_text,
+    first_over,
+    over_below,
+    over_fair_share,
+    quota_block,
+    served_ratio,
+    within_fair_share,
+)
+from corral.engine.session import Session
+from corral.engine.state import Candidate, QueueState, WorkloadState, natural_key
+from corral.model.resources import EPSILON
+
+# Whether a leaf other than a reclaimer's is over its fair share on what the reclaimer
+# asks for, by (reclaimer's queue, asks for GPU, CPU, memory).
+AnyoneOver = dict[tuple[str, bool, bool, bool], bool]
+# A leaf's rank among the queues that may give: most over-served first, then the most
+# GPUs held, then by name.
+GiverRank = tuple[float, float, tuple[object, ...]]
+
+
+class Reclaim:
+    """Take back from queues over their fair share for pending work within its own."""
+
+    def __init__(self, session: Session, victims: VictimSearch) -> None:
+        self.session = session
+        self.victims = victims
+        self._name_keys: dict[str, tuple[object, ...]] = {}
+
+    @staticmethod
+    def could_take(
+        gpus: float, alloc_gpu: float, fair_share_gpu: float, slack: float = EPSILON
+    ) -> bool:
+        """A cheap necessary condition on GPUs alone (for the simulator) for reclaiming for
+        a pending workload of `gpus` GPUs: its queue, holding `alloc_gpu`, stays within
+        its fair share with it (work that asks for no GPU always may). It also needs some
+        other leaf queue over its fair share (`quota.over_fair_share`)."""
+        return gpus <= EPSILON or alloc_gpu + gpus <= fair_share_gpu + slack
+
+    def run(self) -> None:
+        """Queues under their fair share take GPUs back from queues above theirs."""
+        session = self.session
+        if not any(
+            queue.leaf and over_fair_share(queue.alloc, queue.fair_share)
+            for queue in session.queues.values()
+        ):
+            return
+        # Whether another queue is over its fair share changes only when a reclaim is made.
+        anyone_over: AnyoneOver = {}
+        reaches = [
+            (candidate, self._reach(candidate, anyone_over)) for candidate in session.pending()
+        ]
+        if not any(reach for _, reach in reaches):
+            # Nothing is reclaimed, so the state stays as it is and the order is moot.
+            for candidate, reach in reaches:
+                if reach == 0:
+                    self._cannot_reclaim_within(candidate)
+            return
+        for candidate in session.pending_in_order():
+            reach = self._reach(candidate, anyone_over)
+            if reach is None:
+                continue
+            if reach == 0:
+                self._cannot_reclaim_within(candidate)
+                continue
+            if self._reclaim_for(candidate, reach):
+                anyone_over.clear()
+
+    def _reclaim_for(self, candidate: Candidate, reach: int) -> bool:
+        """Evict victims of queues that may give until the candidate fits; say why not."""
+        evict_for = self.victims.evict_for
+        placed, tried = evict_for(candidate, self._victims(candidate, reach), "reclaim")
+        if not placed and tried and candidate.request[GPU] > EPSILON:
+            # Victims in queue order may free GPUs spread over nodes where the
+            # candidate's tasks need them together: try again node by node.
+            by_node = self._victims(candidate, reach, by_node=True)
+            placed, _ = evict_for(candidate, by_node, "reclaim")
+        if not placed:
+            self.session.note(
+                candidate.workload,
+                "cannot reclaim: evicting work of queues over their fair share would not make room"
+                if tried
+                else "cannot reclaim: no queue it may take from holds preemptible work "
+                "over its fair share",
+            )
+        return placed
+
+    def _reach(self, candidate: Candidate, anyone_over: AnyoneOver) -> int | None:
+        """How far up its queue path the candidate stays within fair share (see
+        `quota.within_fair_share`); None when reclaim does not apply to it."""
+        ws = candidate.workload
+        request = candidate.request
+        if quota_block(ws, request) is not None:
+            return None
+        key = (
+            ws.queue.name,
+            request[GPU] > EPSILON,
+            request[CPU] > EPSILON,
+            request[MEMORY] > EPSILON,
+        )
+        anyone = anyone_over.get(key)
+        if anyone is None:
+            anyone = anyone_over[key] = self._anyone_over_fair_share(ws, request)
+        if not anyone:
+            return None
+        return within_fair_share(ws.queue, request)
+
+    def _cannot_reclaim_within(self, candidate: Candidate) -> None:
+        queue = candidate.workload.queue
+        resource = first_over(queue.alloc, candidate.request, queue.fair_share)
+        share = amount_text(resource, queue.fair_share[resource])
+        self.session.note(
+            candidate.workload,
+            f"cannot reclaim: queue {queue.name} would exceed its fair share of {share}",
+        )
+
+    def _anyone_over_fair_share(self, ws: WorkloadState, request: Request) -> bool:
+        return any(
+            leaf.leaf
+            and leaf is not ws.queue
+            and over_fair_share(leaf.alloc, leaf.fair_share, request)
+            for leaf in self.session.queues.values()
+        )
+
+    def _victims(self, candidate: Candidate, reach: int, by_node: bool = False) -> NextVictim:
+        """Victims for a reclaim, one at a time: the first unit of the most over-served
+        queue that may give. `by_node`: only units with a task on one node at a time, the
+        nodes with the most GPUs free or held by queues that may give first."""
+        ws = candidate.workload
+        request = candidate.request
+        path = ws.queue.path
+        ancestors = {queue.name for queue in path}
+        # The victim's branch must split from the reclaimer's at an ancestor below which
+        # the reclaimer stays within its fair share (the root counts when all of it does).
+        meeting = {queue.name for queue in path[1 : reach + 1]}
+        root_allowed = reach >= len(path)
+        leaves = [
+            leaf for leaf in self.session.queues.values() if leaf.leaf and leaf is not ws.queue
+        ]
+        # Whether a leaf may give depends on the totals of its path below the reclaimer's,
+        # and its rank on its own: an eviction changes only those of the victim's path.
+        below = {
+            leaf.name: {
+                level.name
+                for level in itertools.takewhile(lambda q: q.name not in ancestors, leaf.path)
+            }
+            for leaf in leaves
+        }
+        ranked: dict[str, tuple[GiverRank, QueueState]] = {}
+        taken_from: list[QueueState] = []
+
+        def rank(leaf: QueueState) -> None:
+            if over_below(leaf, ancestors, meeting, root_allowed, request):
+                key = (-served_ratio(leaf, request), -leaf.alloc[GPU], self._name_key(leaf))
+                ranked[leaf.name] = (key, leaf)
+            else:
+                ranked.pop(leaf.name, None)
+
+        for leaf in leaves:
+            rank(leaf)
+        targets: list[int | None] = [None]
+        if by_node:
+            targets = self._targets(ws, set(ranked))
+
+        def next_victim() -> Unit | None:
+            if taken_from:
+                changed = {queue.name for queue in taken_from.pop().path}
+                for leaf in leaves:
+                    if not below[leaf.name].isdisjoint(changed):
+                        rank(leaf)
+            while targets:
+                for _, leaf in sorted(ranked.values(), key=lambda item: item[0]):
+                    unit = self.victims.first_unit(leaf, ws, None, targets[0])
+                    if unit is not None:
+                        taken_from.append(leaf)
+                        return unit
+                targets.pop(0)
+                # Units passed over for being on another node may be on the next one.
+                self.victims.forget_passed_over()
+            return None
+
+        return next_victim
+
+    def _targets(self, ws: WorkloadState, givers: set[str]) -> list[int | None]:
+        """Nodes the workload may use where preemptible work of the queues in `givers`
+        runs, by the GPUs free or held by that work there, most first (then by name)."""
+        session = self.session
+        targets = []
+        for node in session.placer.nodes_of(session.placer.eligible(ws)):
+            held = sum(
+                placement.gpu
+                for other in session.by_node.get(node.name, [])
+                if other.preemptible and other.queue.name in givers
+                for placement in other.running.values()
+                if placement.node == node.name
+            )
+            if held > EPSILON:
+                targets.append((-(node.free_gpu + held), node.index))
+        return [index for _, index in sorted(targets)]
+
+    def _name_key(self, queue: QueueState) -> tuple[object, ...]:
+        key = self._name_keys.get(queue.name)
+        if key is None:
+            key = self._name_keys[queue.name] = natural_key(queue.name)
+        return key

@@ -1,0 +1,198 @@
+"""The victim search shared by reclaim and preempt: tentative eviction, keeping the
+victims that were not needed, and the units victims come in.
+
+An attempt evicts victims one by one in the tentative state until the candidate fits,
+then puts back those whose room it did not need and commits; or, when the victims run
+out first, rolls everything back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from corral.engine.kinds import GPU, EvictionKind
+from corral.engine.quota import diverging, quota_block, within_quota
+from corral.engine.session import Session
+from corral.engine.state import Candidate, QueueState, WorkloadState
+from corral.model import Placement
+from corral.model.resources import EPSILON
+
+# A victim: some running tasks of one workload, evicted together. `tasks` None means
+# every task still running (a whole workload, or the minimum gang of an elastic one).
+Unit = tuple[WorkloadState, tuple[int, ...] | None]
+# Gives the next victim to try for one attempt, or None when there is none.
+NextVictim = Callable[[], Unit | None]
+
+
+class VictimSearch:
+    """Victim units of every queue, consumed over one cycle's reclaim and preempt."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._units: dict[str, list[Unit]] | None = None
+        # Victim lists are consumed front first: where each queue's untouched units start.
+        self._cursor: dict[str, int] = {}
+        self._tentative: set[int] = set()
+        # Within one eviction attempt, where each queue's search for victims resumes:
+        # units passed over stay unusable until the attempt ends.
+        self._resume: dict[str, int] = {}
+
+    def evict_for(
+        self, candidate: Candidate, next_victim: NextVictim, kind: EvictionKind
+    ) -> tuple[bool, int]:
+        """Evict victims one by one until the candidate fits; commit or roll back.
+
+        Returns whether the candidate was placed and how many victims were tried."""
+        session = self.session
+        state = session.state
+        ws = candidate.workload
+        mark = state.checkpoint()
+        victims: list[tuple[Unit, list[Placement]]] = []
+        self._tentative.clear()
+        self._resume.clear()
+        while True:
+            if (
+                candidate.request[GPU] <= state.free_gpu + EPSILON
+                and quota_block(ws, candidate.request) is None
+                and not isinstance(session.place_checked(ws, candidate.tasks), str)
+            ):
+                self._keep_needed(victims)
+                for (victim, _), taken in victims:
+                    if taken:
+                        tasks = tuple(sorted(placement.task for placement in taken))
+                        reason = _eviction_reason(kind, victim, ws)
+                        session.record_eviction(victim, tasks, kind, ws, reason)
+                state.journal.clear()
+                return True, len(victims)
+            unit = next_victim()
+            if unit is None:
+                state.rollback(mark)
+                return False, len(victims)
+            victim, unit_tasks = unit
+            chosen = sorted(victim.running) if unit_tasks is None else list(unit_tasks)
+            victims.append((unit, [state.unbind(victim, task) for task in chosen]))
+            self._tentative.add(id(unit))
+
+    def first_unit(
+        self,
+        leaf: QueueState,
+        ws: WorkloadState,
+        below_priority: int | None,
+        on_node: int | None = None,
+    ) -> Unit | None:
+        """The first victim unit of `leaf` still in place that could make room for `ws`
+        (only units below `below_priority`, and with a task on node `on_node`, when
+        given)."""
+        units = self._victim_units(leaf)
+        touched = self.session.touched
+        start = self._cursor.get(leaf.name, 0)
+        while start < len(units) and units[start][0].name in touched:
+            start += 1
+        self._cursor[leaf.name] = start
+        # Nothing passed over earlier in this attempt becomes usable again during it.
+        start = max(start, self._resume.get(leaf.name, 0))
+        allowed = self.session.placer.eligible(ws)
+        by_name = self.session.state.by_name
+        for position in range(start, len(units)):
+            unit = units[position]
+            victim, tasks = unit
+            if below_priority is not None and victim.workload.priority >= below_priority:
+                # Units are sorted by priority: nothing further down qualifies either.
+                self._resume[leaf.name] = position
+                return None
+            if victim.name in touched or victim.started or id(unit) in self._tentative:
+                continue
+            wanted = tasks if tasks is not None else tuple(victim.original)
+            running = [
+                task
+                for task in wanted
+                if task in victim.running and victim.running[task] is victim.original.get(task)
+            ]
+            if not running or (tasks is not None and len(running) != len(tasks)):
+                continue
+            if allowed is not None and not any(
+                by_name[victim.running[task].node].index in allowed for task in running
+            ):
+                continue
+            if on_node is not None and not any(
+                by_name[victim.running[task].node].index == on_node for task in running
+            ):
+                continue
+            self._resume[leaf.name] = position + 1
+            return unit
+        self._resume[leaf.name] = len(units)
+        return None
+
+    def forget_passed_over(self) -> None:
+        """Let the rest of this attempt look again at units it passed over (they may be
+        usable on the next node a search by node tries)."""
+        self._resume.clear()
+
+    def _victim_units(self, leaf: QueueState) -> list[Unit]:
+        """Victim units of a queue in the order they are taken: lowest priority first; an
+        elastic workload's extra tasks before minimum gangs; idle before busy; newest first."""
+        if self._units is None:
+            keyed: dict[str, list[tuple[tuple[object, ...], Unit]]] = {}
+            for ws in self.session.workloads:
+                if not ws.original or not ws.preemptible:
+                    continue
+                workload = ws.workload
+                rank = (0 if workload.idle else 1, -workload.submitted, workload.name)
+                entries = keyed.setdefault(ws.queue.name, [])
+                for task in ws.original:
+                    if task >= workload.min_tasks:
+                        entries.append(((workload.priority, 0, *rank, -task), (ws, (task,))))
+                entries.append(((workload.priority, 1, *rank, 0), (ws, None)))
+            self._units = {
+                name: [unit for _, unit in sorted(entries, key=lambda item: item[0])]
+                for name, entries in keyed.items()
+            }
+        return self._units.get(leaf.name, [])
+
+    def _keep_needed(self, victims: list[tuple[Unit, list[Placement]]]) -> None:
+        """Put back victims whose devices the preemptor did not need after all."""
+        state = self.session.state
+        # Workloads whose minimum gang stays evicted: their extra tasks go with it.
+        gone_whole: set[str] = set()
+        for index in range(len(victims) - 1, -1, -1):
+            unit, taken = victims[index]
+            victim, tasks = unit
+            if tasks is not None and victim.name in gone_whole:
+                continue
+            mark = state.checkpoint()
+            for placement in taken:
+                # One at a time: a victim's tasks may share a device or a node's CPUs.
+                if not self._room_for(victim, placement):
+                    break
+                state.bind(victim, placement)
+            else:
+                if within_quota(victim):
+                    victims[index] = (unit, [])
+                    continue
+            state.rollback(mark)
+            if tasks is None:
+                gone_whole.add(victim.name)
+
+    def _room_for(self, ws: WorkloadState, placement: Placement) -> bool:
+        node = self.session.state.by_name[placement.node]
+        group = ws.tasks[placement.task]
+        if node.free_cpu + EPSILON < group.cpu or node.free_memory + EPSILON < group.memory:
+            return False
+        share = placement.gpu / len(placement.devices) if placement.devices else 0.0
+        return all(node.used[device] + share <= 1.0 + EPSILON for device in placement.devices)
+
+
+def _eviction_reason(kind: EvictionKind, victim: WorkloadState, by: WorkloadState) -> str:
+    """Why `victim` is evicted for `by`, in the words of the victim's pending reason."""
+    if kind == "preempt":
+        return (
+            f"{by.name} (priority {by.workload.priority}) preempts lower-priority work "
+            f"(priority {victim.workload.priority}) in queue {victim.queue.name}"
+        )
+    over, under = diverging(victim.queue, by.queue)
+    why = (
+        "under its deserved quota"
+        if under.alloc[GPU] <= under.deserved[GPU] + EPSILON
+        else "under its fair share"
+    )
+    return f"queue {over.name} is over its fair share; {under.name} is {why}"

@@ -1,0 +1,150 @@
+"""What the actions of one cycle share: the tentative state, the placer, the workloads,
+and what has been decided so far.
+
+`engine.cycle` loads a Session from a snapshot and hands it to each action in turn. The
+helpers here are the ones more than one action needs: a workload's request, placing
+tasks with their quotas checked, the pending work in fairness order, and recording an
+eviction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from corral.engine.kinds import EVICTED, EvictionKind, Request
+from corral.engine.ordering import FairOrder
+from corral.engine.placement import Failure, Placer
+from corral.engine.quota import quota_block
+from corral.engine.state import Candidate, ClusterState, QueueState, WorkloadState
+from corral.model import Eviction, Placement, SchedulerConfig
+
+
+class Session:
+    """The state of one cycle, as its actions work on it."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        queues: dict[str, QueueState],
+        state: ClusterState,
+        workloads: list[WorkloadState],
+        waiting: list[WorkloadState],
+        placer: Placer,
+    ) -> None:
+        self.config = config
+        self.queues = queues
+        self.state = state
+        self.workloads = workloads
+        # Workloads with no task running as the cycle began.
+        self.waiting = waiting
+        self.placer = placer
+        self.evictions: list[Eviction] = []
+        # Why each workload evicted this cycle is pending: the last eviction's reason.
+        self.evicted: dict[str, str] = {}
+        # Workloads evicted or moved this cycle are not victims again in the same cycle.
+        self.touched: set[str] = set()
+        # True from the end of allocate until work is evicted or moved: meanwhile the
+        # state has only filled up, so pending work that did not fit still does not.
+        self.settled = False
+        self._by_node: dict[str, list[WorkloadState]] | None = None
+
+    def request_of(self, ws: WorkloadState, tasks: Iterable[int]) -> Request:
+        """GPU, CPU and memory of some tasks: as placed for running ones, nominal otherwise."""
+        gpu = cpu = memory = 0.0
+        for task in tasks:
+            group = ws.tasks[task]
+            placement = ws.running.get(task)
+            gpu += placement.gpu if placement is not None else self.placer.nominal_gpu(group)
+            cpu += group.cpu
+            memory += group.memory
+        return (gpu, cpu, memory)
+
+    @property
+    def by_node(self) -> dict[str, list[WorkloadState]]:
+        """The workloads running on each node as the cycle began."""
+        if self._by_node is None:
+            self._by_node = {}
+            for ws in self.workloads:
+                for node in dict.fromkeys(placement.node for placement in ws.original.values()):
+                    self._by_node.setdefault(node, []).append(ws)
+        return self._by_node
+
+    # -- placing -----------------------------------------------------------------------
+
+    def place_checked(self, ws: WorkloadState, tasks: list[int]) -> list[Placement] | str:
+        """Place tasks, all or none, and record them as started; a reason if they do not fit.
+
+        Memory-sized fractions take a node-dependent share of a device, so their quotas
+        are checked again with the amounts actually placed.
+        """
+        state = self.state
+        mark = state.checkpoint()
+        result = self.placer.place(ws, tasks)
+        if isinstance(result, Failure):
+            return result.reason
+        if any(ws.tasks[task].gpu_memory > 0 for task in tasks):
+            gpu = sum(placement.gpu for placement in result)
+            exact = (
+                gpu,
+                sum(ws.tasks[task].cpu for task in tasks),
+                float(sum(ws.tasks[task].memory for task in tasks)),
+            )
+            state.rollback(mark)
+            reason = quota_block(ws, exact)
+            if reason is not None:
+                return reason
+            for placement in result:
+                state.bind(ws, placement)
+        for placement in result:
+            ws.started[placement.task] = placement
+        return result
+
+    # -- pending work, for consolidate, reclaim and preempt ----------------------------
+
+    def gang_candidate(self, ws: WorkloadState) -> Candidate:
+        """The minimum gang of a workload with no task running, as a candidate."""
+        # Only asked for workloads with no task running, so the request is nominal (and
+        # stays the same while the state is kept, on the same nodes).
+        candidate = ws.gang
+        if candidate is None:
+            tasks = list(range(ws.workload.min_tasks))
+            candidate = ws.gang = Candidate(ws, tasks, self.request_of(ws, tasks), growth=False)
+        return candidate
+
+    def pending(self) -> Iterator[Candidate]:
+        """The candidates of `pending_in_order`, in no particular order."""
+        for ws in self.waiting:
+            if not ws.running and not ws.started and ws.name not in self.touched:
+                yield self.gang_candidate(ws)
+
+    def pending_in_order(self) -> Iterator[Candidate]:
+        """Pending workloads not yet placed, evicted or moved, in fairness order."""
+        order = FairOrder(list(self.queues.values()))
+        for pending in self.pending():
+            order.add(pending)
+        order.refresh_all(list(self.queues.values()))
+        while (candidate := order.pop()) is not None:
+            if not candidate.workload.running:
+                yield candidate
+            order.refresh(candidate.workload.queue)
+
+    # -- what was decided --------------------------------------------------------------
+
+    @staticmethod
+    def note(ws: WorkloadState, note: str) -> None:
+        """Add what a later action found to the workload's pending reason."""
+        ws.reason = f"{ws.reason}; {note}" if ws.reason else note
+
+    def record_eviction(
+        self,
+        ws: WorkloadState,
+        tasks: tuple[int, ...],
+        kind: EvictionKind,
+        by: WorkloadState,
+        why: str,
+    ) -> None:
+        """Record that `tasks` of `ws` were evicted (or moved) for `by`."""
+        self.evictions.append(Eviction(ws.name, tasks, kind, by.name, why))
+        self.evicted[ws.name] = f"{EVICTED[kind]} for {by.name}: {why}"
+        self.touched.add(ws.name)
+        self.settled = False

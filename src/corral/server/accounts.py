@@ -1,0 +1,54 @@
+"""Which Unix account a corral user's tasks run as, and the refusal at submit of a user
+whose tasks could not run.
+
+Where the agents run as root, a task runs as its submitter's Unix account (recorded with
+the user: `corral user create alice --unix-user alice`, the same name by default). As with
+Slurm, the accounts are expected to be the same on the server and on the nodes, so a
+submission from a user without one is refused at once rather than failing on a node.
+"""
+
+from __future__ import annotations
+
+import pwd
+
+from corral.agent.identity import identity_of
+from corral.store import Invalid, Store
+from corral.store.records import UserRecord
+
+
+def is_root_account(name: str) -> bool:
+    """True for root and any other account with uid 0."""
+    if name == "root":
+        return True
+    try:
+        return pwd.getpwnam(name).pw_uid == 0
+    except KeyError:
+        return False
+
+
+def require_account(cluster: object, user: UserRecord) -> None:
+    """Refuse (422, naming the user) a submission whose tasks would be refused by a root
+    agent: its user has no Unix account, or the account does not exist here."""
+    # A transport tells whether its agents switch users; one that does not say, does not.
+    if not getattr(cluster, "run_as_submitter", False):
+        return
+    if user.unix_user is None:
+        raise Invalid(
+            "user",
+            f"user {user.name!r} has no Unix account, and tasks here run as their "
+            "submitter's account; give it one (`corral user create NAME --unix-user "
+            "ACCOUNT`, or `--admin-unix-user` for the admin)",
+        )
+    try:
+        identity_of(user.unix_user)
+    except LookupError:
+        raise Invalid(
+            "user",
+            f"user {user.name!r} runs tasks as the Unix account {user.unix_user!r}, "
+            "which does not exist on this machine",
+        ) from None
+
+
+def unix_users(store: Store) -> dict[str, str | None]:
+    """The Unix account of each corral user, by name."""
+    return {user.name: user.unix_user for user in store.list_users()}

@@ -1,0 +1,81 @@
+"""The audit log: one row per write request the API answered, and its queries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, insert, select
+from sqlalchemy.orm import Session
+
+from corral.store.schema import AuditRow
+
+_AUDIT = cast(Table, AuditRow.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """A write request: who (None for no valid token), when, what (method, route template
+    and path), from which address, and the HTTP status it was answered with."""
+
+    at: float
+    user: str | None
+    method: str
+    route: str
+    path: str
+    address: str | None
+    status: int
+    id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """Filters of `list_audit`; each one left None does not filter. `action` matches
+    "METHOD route" by substring ("POST /api/v1/workloads", "suspend"); `outcome` is a
+    status ("403") or a class ("2xx", "4xx")."""
+
+    user: str | None = None
+    action: str | None = None
+    since: float | None = None
+    until: float | None = None
+    outcome: str | None = None
+    limit: int = 1000
+
+
+def add_audit(session: Session, records: Sequence[AuditRecord]) -> None:
+    """Insert records, in one statement."""
+    if records:
+        rows = [{k: v for k, v in asdict(r).items() if k != "id"} for r in records]
+        session.execute(insert(_AUDIT), rows)
+
+
+def list_audit(session: Session, query: AuditQuery) -> list[AuditRecord]:
+    """The newest `query.limit` records that pass the filters, oldest first."""
+    statement = select(AuditRow).order_by(AuditRow.id.desc()).limit(query.limit)
+    if query.user is not None:
+        statement = statement.where(AuditRow.user == query.user)
+    if query.since is not None:
+        statement = statement.where(AuditRow.at >= query.since)
+    if query.until is not None:
+        statement = statement.where(AuditRow.at < query.until)
+    if query.action is not None:
+        action = (AuditRow.method + " " + AuditRow.route).contains(query.action, autoescape=True)
+        statement = statement.where(action)
+    if query.outcome is not None:
+        statement = statement.where(*_outcome(query.outcome))
+    rows = session.scalars(statement).all()
+    return [_record(row) for row in reversed(rows)]
+
+
+def _outcome(outcome: str) -> list[Any]:
+    if len(outcome) == 3 and outcome[0].isdigit() and outcome[1:].lower() == "xx":
+        low = int(outcome[0]) * 100
+        return [AuditRow.status >= low, AuditRow.status < low + 100]
+    return [AuditRow.status == int(outcome)]
+
+
+def _record(row: AuditRow) -> AuditRecord:
+    return AuditRecord(
+        row.at, row.user, row.method, row.route, row.path, row.address, row.status, row.id
+    )

@@ -1,0 +1,143 @@
+"""A real agent fed launches the API would refuse (they may still come from an older
+server, a hand-written client of the transport, or a user account removed since): each is
+that task's failure, reported with its reason, while the task beside it runs on and the
+heartbeat goes on. No mocks: real processes, a real agent, a recorder of its reports."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from livecorral import running, wait_until
+
+from corral.agent import Agent
+from corral.agent.telemetry import read_declaration
+from corral.messages import TaskLaunch, TaskStop
+from corral.model.telemetry import Sample
+
+ROOT = os.geteuid() == 0
+
+
+class Recorder:
+    """What the agent reports, kept for the test to look at."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: dict[str, int] = {}
+        self.ended: dict[str, tuple[int | None, str]] = {}
+        self.heartbeats = 0
+
+    def task_started(self, node: str, workload: str, task: int, pid: int, proc_start: int) -> None:
+        with self.lock:
+            self.started[workload] = pid
+
+    def task_ended(
+        self, node: str, workload: str, task: int, exit_code: int | None, reason: str
+    ) -> None:
+        with self.lock:
+            self.ended[workload] = (exit_code, reason)
+
+    def heartbeat(self, node: str) -> None:
+        with self.lock:
+            self.heartbeats += 1
+
+    def samples(self, node: str, samples: list[Sample]) -> None:
+        pass
+
+
+def launch(name: str, command: list[str], **more: object) -> TaskLaunch:
+    fields: dict[str, object] = {"unix_user": "root"} if ROOT else {}
+    fields.update(more)
+    return TaskLaunch(
+        workload=name,
+        project="p",
+        task=0,
+        attempt=0,
+        node="n",
+        devices=(),
+        gpu=0,
+        command=tuple(command),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[Agent, Recorder]]:
+    workloads = Path(tempfile.mkdtemp(prefix="corral-robust-"))
+    recorder = Recorder()
+    agent = Agent(
+        "n",
+        tmp_path / "data",
+        reports=recorder,
+        heartbeat_interval=0.0,
+        poll_interval=0.05,
+        workloads_dir=workloads,
+    )
+    agent.start_thread()
+    yield agent, recorder
+    agent.close()
+    for pid in recorder.started.values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    shutil.rmtree(workloads, ignore_errors=True)
+
+
+def test_launches_that_cannot_start_fail_alone(agent: tuple[Agent, Recorder]) -> None:
+    worker, recorder = agent
+    worker.start([launch("steady", ["sleep", "60"])])
+    pid = wait_until(lambda: recorder.started.get("steady"), 20, "steady to start")
+    bad = {
+        "nul-argv": launch("nul-argv", ["sh", "-c", "echo \x00"]),
+        "nul-env": launch("nul-env", ["true"], env={"A": "x\x00y"}),
+        "eq-env": launch("eq-env", ["true"], env={"A=B": "x"}),
+        "nul-workdir": launch("nul-workdir", ["true"], workdir="/tmp\x00x"),
+        "no-command": launch("no-command", []),
+    }
+    if ROOT:
+        bad["no-account"] = launch("no-account", ["true"], unix_user=None)
+        bad["gone-account"] = launch("gone-account", ["true"], unix_user="corral-no-such")
+    # Neither start nor stop raises (they run a tick: a raise would reach the API's caller,
+    # a DELETE say, as a 500), whatever the launches hold.
+    worker.start(list(bad.values()))
+    worker.stop([TaskStop(name, "n", (0,), "deleted", 0.0) for name in bad])
+    wait_until(lambda: set(bad) <= set(recorder.ended), 20, "every bad launch to be reported")
+    for name in bad:
+        code, reason = recorder.ended[name]
+        assert code is None and reason, (name, code, reason)
+        assert name not in recorder.started, name
+    assert "no command" in recorder.ended["no-command"][1]
+    if ROOT:
+        assert "no Unix account" in recorder.ended["no-account"][1]
+        assert "corral-no-such" in recorder.ended["gone-account"][1]
+    # The steady task runs on, untouched, and the agent still beats and still starts work.
+    assert running(pid) and "steady" not in recorder.ended
+    beats = recorder.heartbeats
+    wait_until(lambda: recorder.heartbeats > beats + 3, 10, "more heartbeats")
+    worker.start([launch("after", ["true"])])
+    wait_until(lambda: recorder.ended.get("after"), 20, "a later task to run")
+    assert recorder.ended["after"] == (0, "exited with code 0")
+    assert worker.running() == {("steady", 0)}
+
+
+def test_a_task_cannot_stall_the_agent_with_its_telemetry_file(tmp_path: Path) -> None:
+    # The file is the task's: a FIFO would block a plain open(), a symlink would make the
+    # agent read another file.
+    fifo = tmp_path / "task-0.util"
+    os.mkfifo(fifo)
+    began = time.monotonic()
+    assert read_declaration(str(fifo), time.time(), 0, 60) == (0.0, 0)
+    assert time.monotonic() - began < 1
+    link = tmp_path / "link.util"
+    target = tmp_path / "real.util"
+    target.write_text(f'{{"time": {time.time()}, "utilization": 50}}')
+    link.symlink_to(target)
+    assert read_declaration(str(link), time.time(), 0, 60) == (0.0, 0)
+    assert read_declaration(str(target), time.time(), 0, 60) == (50.0, 0)

@@ -1,0 +1,147 @@
+"""Helpers of the Ray tests: a real local Ray cluster (`ray.cluster_utils.Cluster`, a
+head and worker nodes on 127.0.0.x with virtual GPUs and labels) and real `corral server
+--ray` processes. Everything runs on loopback. Teardown stops exactly what was started
+here: the servers by their process groups, corral's agent actors by name, the task
+processes by their data directory, the Ray nodes through the Cluster object. Never
+`ray stop`, which would also stop other people's Ray.
+
+Without Ray installed these tests skip, except under CI=true, where they must run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "agent"))
+
+from livecorral import CORRAL, CorralUp
+from livecorral import free_port as free_port  # for the fixtures
+from livecorral import kill_everything_of as kill_everything_of
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require_ray() -> None:
+    """Skip the calling test module when Ray is not installed, except under CI=true."""
+    if importlib.util.find_spec("ray") is None:
+        if IN_CI:
+            raise ImportError("ray is not installed; CI must run the Ray tests")
+        pytest.skip("ray is not installed", allow_module_level=True)
+
+
+# Seconds, as the servers of these tests run: a node is lost after LOSS, its tasks fenced
+# after FENCE. Longer than the defaults (10 and 4): a restart of the server must take
+# less than FENCE, and a 2-core machine shared with other work can be slow.
+LOSS = 20.0
+FENCE = 12.0
+GPUS = 2
+
+
+@dataclass
+class RayNodes:
+    """A local Ray cluster: the head (no GPUs) and worker nodes named a, b, c... each with
+    GPUS virtual GPUs and a `corral.io/rack` label."""
+
+    cluster: Any
+    workers: dict[str, Any] = field(default_factory=dict)
+    next_ip: int = 2
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def add(self, name: str, rack: str, gpus: int = GPUS) -> Any:
+        node = self.cluster.add_node(
+            num_cpus=1,
+            node_ip_address=f"127.0.0.{self.next_ip}",
+            resources={"corral_virtual_gpus": gpus},
+            labels={"corral.io/name": name, "corral.io/rack": rack},
+        )
+        self.next_ip += 1
+        self.workers[name] = node
+        return node
+
+    def remove(self, name: str) -> None:
+        self.cluster.remove_node(self.workers.pop(name), allow_graceful=False)
+
+    def kill_agents(self, namespace: str) -> None:
+        """Kill corral's agent actors of one namespace (and nothing else)."""
+        import ray
+
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] == namespace:
+                with contextlib.suppress(Exception):
+                    ray.kill(ray.get_actor(actor["name"], namespace=namespace))
+
+
+@dataclass
+class RayServer(CorralUp):
+    """`corral server --ray ADDRESS` with its own data directory, agent directory and
+    agent namespace."""
+
+    address: str = ""
+    namespace: str = ""
+    command: str = "server"
+
+    @property
+    def agent_dir(self) -> Path:
+        return self.data_dir / "agents"
+
+    def start(self) -> RayServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            CORRAL,
+            self.command,
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--ray",
+            self.address,
+            "--agent-dir",
+            str(self.agent_dir),
+            "--loss-timeout",
+            f"{LOSS:g}",
+            "--fence-timeout",
+            f"{FENCE:g}",
+        ]
+        if self.admin_unix_user is not None:
+            args += ["--admin-unix-user", self.admin_unix_user]
+        env = dict(os.environ, CORRAL_RAY_NAMESPACE=self.namespace)
+        with open(self.log, "ab") as handle:
+            self.process = subprocess.Popen(
+                args, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            )
+        self.starts += 1
+        self._wait_healthy()
+        self.token = (self.data_dir / "admin-token").read_text().strip()
+        return self
+
+    def _wait_healthy(self) -> None:
+        import httpx
+
+        process = self.process
+        assert process is not None
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"corral server exited: {self.log.read_text()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"corral server did not start: {self.log.read_text()}")
+            time.sleep(0.1)
+
+    def nodes(self) -> dict[str, Any]:
+        return {node["name"]: node for node in self.get("/nodes")}

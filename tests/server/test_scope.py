@@ -31,6 +31,7 @@ SUBMIT = "submit"
 READ = "read (scoped content)"
 ADMIN = "admin only"
 SECRETS = "a project's secrets"
+TOKENS = "revoke a token"
 PUBLIC = "no token"
 
 ROUTES: dict[tuple[str, str], str] = {
@@ -55,6 +56,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/telemetry/devices"): READ,
     ("GET", "/api/v1/usage"): READ,
     ("GET", "/api/v1/whoami"): READ,
+    ("GET", "/api/v1/tokens"): READ,
     ("POST", "/api/v1/queues"): ADMIN,
     ("PATCH", "/api/v1/queues/{name}"): ADMIN,
     ("DELETE", "/api/v1/queues/{name}"): ADMIN,
@@ -67,6 +69,10 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/users/{name}/tokens"): ADMIN,
     ("PUT", "/api/v1/users/{name}/projects/{project}"): ADMIN,
     ("DELETE", "/api/v1/users/{name}/projects/{project}"): ADMIN,
+    ("DELETE", "/api/v1/users/{name}"): ADMIN,
+    ("GET", "/api/v1/audit"): ADMIN,
+    ("GET", "/api/v1/audit/export"): ADMIN,
+    ("DELETE", "/api/v1/tokens/{token_id}"): TOKENS,
     ("GET", "/api/v1/projects/{project}/secrets"): SECRETS,
     ("PUT", "/api/v1/projects/{project}/secrets/{name}"): SECRETS,
     ("DELETE", "/api/v1/projects/{project}/secrets/{name}"): SECRETS,
@@ -343,6 +349,9 @@ ADMIN_BODIES: dict[tuple[str, str], Callable[[World], tuple[str, Any, int]]] = {
         None,
         204,
     ),
+    ("DELETE", "/api/v1/users/{name}"): lambda w: (f"/users/{_spare_member(w)}", None, 204),
+    ("GET", "/api/v1/audit"): lambda w: ("/audit", None, 200),
+    ("GET", "/api/v1/audit/export"): lambda w: ("/audit/export", None, 200),
 }
 
 
@@ -401,6 +410,28 @@ def test_secrets(world: World, method: str, path: str, role: str, target: str) -
         listed = world.api.admin.get(f"/projects/{project}/secrets").json()
         assert name in {s["name"] for s in listed}
     assert value not in response.text
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("whose", ["own", "another's"])
+def test_revoking_a_token(world: World, role: str, whose: str) -> None:
+    """Anyone revokes their own tokens; only admins revoke another user's (to others,
+    another's token is one that does not exist: 404)."""
+    owner = (
+        world.users[role]
+        if whose == "own"
+        else world.users["viewer" if role != "viewer" else "member"]
+    )
+    made = world.api.admin.post(f"/users/{owner}/tokens", json={"name": unique("t")})
+    assert made.status_code == 201, made.text
+    token_id = made.json()["id"]
+    response = world.clients[role].delete(f"/tokens/{token_id}")
+    if role == "admin" or whose == "own":
+        assert response.status_code == 204, response.text
+    else:
+        assert response.status_code == 404, response.text
+        listed = world.api.admin.get("/tokens", params={"user": owner}).json()
+        assert any(t["id"] == token_id and t["revoked_at"] is None for t in listed), listed
 
 
 def test_every_dashboard_route_has_a_row() -> None:

@@ -35,7 +35,7 @@ def test_existing_users_get_their_own_name_and_the_admin_none(tmp_path: Path) ->
         accounts = {user.name: user.unix_user for user in store.list_users()}
         assert accounts == {"admin": None, "dora": "dora"}
         store.set_unix_user("admin", "ops")
-        token = store.create_token("admin")
+        token, _ = store.create_token("admin")
         found = store.authenticate(token)
         assert found is not None and found.unix_user == "ops"
         made, _ = store.create_user("eve", "viewer", None, "eve_unix")

@@ -189,6 +189,11 @@ class ClusterState:
         self.buckets: list[SortedList] = []
         # kind_buckets[k][c]: the same, for the nodes of kind k.
         self.kind_buckets: list[list[SortedList]] = []
+        # bucket_stamps[k][c]: changes whenever kind_buckets[k][c] or one of its nodes
+        # changes (never back to an earlier value), so that what was read from a bucket
+        # may be kept until then (see `Placer`).
+        self.bucket_stamps: list[list[int]] = []
+        self._stamp = 0
         # Partly used devices of schedulable nodes: (free fraction, node index, device).
         self.partial = SortedList()
         self.free_gpu = 0.0
@@ -245,6 +250,7 @@ class ClusterState:
         for node in self._changed_nodes:
             node.free_cpu = _round(node.free_cpu)
             node.free_memory = _round(node.free_memory)
+            self._touch(node)
         self._changed_nodes.clear()
         rounded: set[str] = set()
         for leaf in self._changed_queues:
@@ -258,6 +264,7 @@ class ClusterState:
     def index(self) -> None:
         """Round every total (see `settle`) and build the free-capacity indices from the
         nodes as they stand."""
+        self.bucket_stamps = []
         self._changed_nodes.update(self.nodes)
         self._changed_queues.update(queue for queue in self.queues.values() if queue.leaf)
         self.settle()
@@ -278,6 +285,8 @@ class ClusterState:
                     partial.append((_round(1.0 - used), state.index, device))
         self.buckets = [SortedList(bucket) for bucket in buckets]
         self.kind_buckets = [[SortedList(bucket) for bucket in kind] for kind in kind_buckets]
+        self._stamp += 1
+        self.bucket_stamps = [[self._stamp] * len(kind) for kind in kind_buckets]
         self.partial = SortedList(partial)
         self.free_gpu = _round(free_gpu)
 
@@ -318,6 +327,7 @@ class ClusterState:
         node = self.by_name[placement.node]
         self._changed_nodes.add(node)
         self._changed_queues.add(workload.queue)
+        self._touch(node)
         group = workload.tasks[placement.task]
         node.free_cpu -= sign * group.cpu
         node.free_memory -= sign * group.memory
@@ -342,9 +352,16 @@ class ClusterState:
         if schedulable and placement.devices:
             self.buckets[node.free_whole].add(node.index)
             self.kind_buckets[node.kind][node.free_whole].add(node.index)
+            self._touch(node)
         if schedulable:
             self.free_gpu = _round(self.free_gpu - sign * placement.gpu)
         self._count(workload, placement, group, sign)
+
+    def _touch(self, node: NodeState) -> None:
+        """Mark the bucket the node is in as changed."""
+        if self.bucket_stamps:
+            self._stamp += 1
+            self.bucket_stamps[node.kind][node.free_whole] = self._stamp
 
     @staticmethod
     def _count(

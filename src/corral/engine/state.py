@@ -87,6 +87,7 @@ class QueueState:
         "priority",
         "queue",
         "requested",
+        "stamp",
         "weight",
     )
 
@@ -110,6 +111,9 @@ class QueueState:
         self.np_alloc = [0.0, 0.0, 0.0]
         self.requested = [0.0, 0.0, 0.0]
         self.fair_share = [0.0, 0.0, 0.0]
+        # Goes up whenever `alloc` or `np_alloc` changes, so that what is worked out from
+        # them may be kept until then.
+        self.stamp = 0
         # What the queue is entitled to now: its deserved quota or fair share, the larger
         # (see `set_fair_share`).
         self.allotment = list(self.deserved)
@@ -259,6 +263,7 @@ class ClusterState:
                     rounded.add(queue.name)
                     queue.alloc[:] = [_round(value) for value in queue.alloc]
                     queue.np_alloc[:] = [_round(value) for value in queue.np_alloc]
+                    queue.stamp += 1
         self._changed_queues.clear()
 
     def index(self) -> None:
@@ -371,6 +376,7 @@ class ClusterState:
         amounts = (placement.gpu, group.cpu, float(group.memory))
         preemptible = workload.preemptible
         for queue in workload.queue.path:
+            queue.stamp += 1
             alloc = queue.alloc
             alloc[GPU] += sign * amounts[GPU]
             alloc[CPU] += sign * amounts[CPU]

@@ -169,21 +169,8 @@ class Fragmentation:
         # Many nodes are in the same state (a cluster starts empty): score each once.
         key = (number, tuple(used), free_cpu, tuple(devices), per_device, cpu)
         found = self._changes.get(key)
-        if found is None:
-            found = self._changes[key] = self._change(
-                number, used, free_cpu, devices, per_device, cpu
-            )
-        return found
-
-    def _change(
-        self,
-        number: int,
-        used: Sequence[float],
-        free_cpu: float,
-        devices: Sequence[int],
-        per_device: float,
-        cpu: float,
-    ) -> float:
+        if found is not None:
+            return found
         before = tuple(sorted((round(1.0 - value, 9) for value in used), reverse=True))
         after_used = list(used)
         for device in devices:
@@ -199,4 +186,5 @@ class Fragmentation:
             stranded = max(stranded, 0.0)
         lost += weight * stranded
         # Every shape counts the GPUs taken as no longer free: fragmentation falls by them.
-        return lost - per_device * len(devices)
+        found = self._changes[key] = lost - per_device * len(devices)
+        return found

@@ -26,9 +26,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The Ray tests start Ray clusters, which move the test process into a process group of
-# its own: they run in a pytest of their own that `timeout` kills directly.
+# its own: they run in a pytest of their own that `timeout` kills directly. The rest runs
+# on two workers (pytest-xdist): most tests wait on servers, agents and browsers.
 unit: $(STAMP)
-	$(BIN)/pytest -q --ignore=tests/ray
+	$(BIN)/pytest -q -n 2 --ignore=tests/ray
 	timeout -s KILL 600 $(BIN)/pytest -q tests/ray
 
 bench: $(STAMP)

@@ -5,15 +5,18 @@
 1. Reclaim at scale: 500 nodes x 8 GPUs, all 4,000 GPUs held by single-GPU training jobs
    of queues above their fair share, and 4,000 pending single-GPU jobs of starved queues.
    One full cycle (allocate, consolidate, reclaim, preempt). Baseline: the Run:ai
-   scheduler (Go) needed 59 s for this shape; target under 2 s.
+   scheduler (Go) needed 59 s for this shape; target at most 0.25 s.
 2. Placement throughput: 5,000 empty nodes x 8 GPUs and 32,500 pending workloads in 50
    queues: 24,000 single-GPU jobs, 8,000 fractional jobs (0.25 to 0.75 of a GPU) and 500
    gangs of 2 to 4 tasks x 8 GPUs. One cycle; placed tasks per second. Baselines:
    kube-scheduler's performance tests expect 180 pods/s with GPU-like resources and about
-   800 pods/s without; target at least 5,000 placements/s.
+   800 pods/s without; target at least 30,000 placements/s.
+3. Reclaim over 100,000 GPUs: the first case 25 times over (12,500 nodes x 8 GPUs) with
+   jobs of 2 GPUs, 50,000 running and 50,000 pending; 31,240 are evicted. Target under 5 s.
 
-The last line with --json is one JSON object with `reclaim_cycle_seconds` and
-`placements_per_second`.
+Times are CPU seconds of this process (the machine may be shared: they are the steadier
+figure). The last line with --json is one JSON object with `reclaim_cycle_seconds`,
+`placements_per_second` and `reclaim_cycle_100k_gpus_seconds`.
 """
 
 from __future__ import annotations
@@ -40,33 +43,39 @@ KUBE_GPU_PODS_PER_SECOND = 180.0
 KUBE_PODS_PER_SECOND = 800.0
 
 
-def reclaim_snapshot() -> Snapshot:
+def reclaim_snapshot(scale: int = 1, job_gpus: int = 1) -> Snapshot:
     """20 borrowing queues (deserved 50, 200 running jobs each) and 20 starved queues
     (deserved 100, 200 pending jobs each). Fair share: 75 and 125, so 2,500 GPUs must be
-    reclaimed in one cycle."""
-    nodes = tuple(Node(f"node{i}", gpus=8) for i in range(500))
-    queues = [Queue(f"borrower{q}", deserved=gpu_quota(50)) for q in range(20)]
-    queues += [Queue(f"owner{q}", deserved=gpu_quota(100)) for q in range(20)]
-    one_gpu = (TaskGroup(gpu=1),)
+    reclaimed in one cycle.
+
+    `scale` multiplies the nodes and the deserved quotas, and the jobs by `scale /
+    job_gpus`, each job asking for `job_gpus` GPUs: the running jobs still fill every GPU
+    and the same share of them is reclaimed."""
+    per_queue = 200 * scale // job_gpus
+    nodes = tuple(Node(f"node{i}", gpus=8) for i in range(500 * scale))
+    queues = [Queue(f"borrower{q}", deserved=gpu_quota(50 * scale)) for q in range(20)]
+    queues += [Queue(f"owner{q}", deserved=gpu_quota(100 * scale)) for q in range(20)]
+    groups = (TaskGroup(gpu=job_gpus),)
     workloads = []
     slot = 0
     for q in range(20):
-        for j in range(200):
+        for j in range(per_queue):
             node, device = divmod(slot, 8)
-            slot += 1
+            slot += job_gpus
+            devices = tuple(range(device, device + job_gpus))
             workloads.append(
                 Workload(
                     f"b{q}-{j}",
                     f"borrower{q}",
-                    one_gpu,
+                    groups,
                     submitted=float(len(workloads)),
-                    placements=(Placement(0, f"node{node}", (device,), 1.0),),
+                    placements=(Placement(0, f"node{node}", devices, float(job_gpus)),),
                 )
             )
     for q in range(20):
-        for j in range(200):
+        for j in range(per_queue):
             workloads.append(
-                Workload(f"o{q}-{j}", f"owner{q}", one_gpu, submitted=float(len(workloads)))
+                Workload(f"o{q}-{j}", f"owner{q}", groups, submitted=float(len(workloads)))
             )
     return Snapshot(nodes, tuple(queues), tuple(workloads))
 
@@ -90,14 +99,14 @@ def placement_snapshot(seed: int = 7) -> Snapshot:
     return Snapshot(nodes, queues, tuple(workloads))
 
 
-def run_reclaim(repeat: int) -> tuple[float, int]:
-    snapshot = reclaim_snapshot()
+def run_reclaim(repeat: int, scale: int = 1, job_gpus: int = 1) -> tuple[float, int]:
+    snapshot = reclaim_snapshot(scale, job_gpus)
     best = float("inf")
     evictions = 0
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         decisions = schedule(snapshot, SchedulerConfig())
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
         evictions = len(decisions.evictions)
     return best, evictions
 
@@ -107,9 +116,9 @@ def run_placement(repeat: int) -> tuple[float, int, int]:
     best = float("inf")
     placed = 0
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         decisions = schedule(snapshot, SchedulerConfig())
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
         placed = sum(len(placements) for placements in decisions.bindings.values())
     return best, placed, len(snapshot.workloads)
 
@@ -124,14 +133,19 @@ def main() -> None:
     print(
         f"reclaim cycle: {reclaim_seconds:.2f} s for 500 nodes x 8 GPUs, {evictions} evictions "
         f"({RUNAI_RECLAIM_SECONDS / reclaim_seconds:.0f}x faster than the 59 s baseline; "
-        "target < 2 s)"
+        "target <= 0.25 s)"
     )
     placement_seconds, placed, workloads = run_placement(args.repeat)
     rate = placed / placement_seconds
     print(
         f"placement: {placed} tasks of {workloads} workloads in {placement_seconds:.2f} s = "
         f"{rate:,.0f} placements/s ({rate / KUBE_GPU_PODS_PER_SECOND:.0f}x kube-scheduler's "
-        f"180 GPU pods/s, {rate / KUBE_PODS_PER_SECOND:.1f}x its 800 pods/s; target >= 5,000)"
+        f"180 GPU pods/s, {rate / KUBE_PODS_PER_SECOND:.1f}x its 800 pods/s; target >= 30,000)"
+    )
+    big_seconds, big_evictions = run_reclaim(args.repeat, scale=25, job_gpus=2)
+    print(
+        f"reclaim cycle, 100,000 GPUs: {big_seconds:.2f} s for 12,500 nodes x 8 GPUs, "
+        f"{big_evictions} evictions (target < 5 s)"
     )
     if args.json:
         print(
@@ -139,6 +153,7 @@ def main() -> None:
                 {
                     "reclaim_cycle_seconds": round(reclaim_seconds, 3),
                     "placements_per_second": round(rate, 1),
+                    "reclaim_cycle_100k_gpus_seconds": round(big_seconds, 2),
                 }
             )
         )

@@ -40,7 +40,13 @@ class Recorder:
             self.started[workload] = pid
 
     def task_ended(
-        self, node: str, workload: str, task: int, exit_code: int | None, reason: str
+        self,
+        node: str,
+        workload: str,
+        task: int,
+        exit_code: int | None,
+        reason: str,
+        attempt: int | None = None,
     ) -> None:
         with self.lock:
             self.ended[workload] = (exit_code, reason)

@@ -69,6 +69,9 @@ def test_revoked_and_expired_tokens_are_refused_at_once(api: Api) -> None:
     assert states["ci"]["revoked_at"] is None and not states["ci"]["active"]
     # Revoking a token that does not exist, or an invalid expiry, is refused.
     assert api.admin.delete("/tokens/999999").status_code == 404
+    # An id past 64 bits is the request's fault, not a server error (found by the fuzzer).
+    huge = api.admin.delete(f"/tokens/{2**70}")
+    assert huge.status_code == 422 and "token_id" in huge.text, huge.text
     bad = api.admin.post(f"/users/{user}/tokens", json={"expires_in": "soon"})
     assert bad.status_code == 422, bad.text
 

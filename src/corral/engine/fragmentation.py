@@ -124,6 +124,9 @@ class Fragmentation:
                 )
             self.kind_of[node.name] = number
         self._usable: dict[NodeKey, float] = {}
+        self._changes: dict[
+            tuple[int, tuple[float, ...], float, tuple[int, ...], float, float], float
+        ] = {}
 
     def usable(self, key: NodeKey) -> float:
         """GPU capacity of a node in state `key` that the shapes can use, weighted."""
@@ -163,6 +166,11 @@ class Fragmentation:
     ) -> float:
         """How much a node's expected fragmentation grows when a task takes `per_device`
         of each of `devices` and `cpu` cores of the host (in GPUs, weighted)."""
+        # Many nodes are in the same state (a cluster starts empty): score each once.
+        key = (number, tuple(used), free_cpu, tuple(devices), per_device, cpu)
+        found = self._changes.get(key)
+        if found is not None:
+            return found
         before = tuple(sorted((round(1.0 - value, 9) for value in used), reverse=True))
         after_used = list(used)
         for device in devices:
@@ -178,4 +186,5 @@ class Fragmentation:
             stranded = max(stranded, 0.0)
         lost += weight * stranded
         # Every shape counts the GPUs taken as no longer free: fragmentation falls by them.
-        return lost - per_device * len(devices)
+        found = self._changes[key] = lost - per_device * len(devices)
+        return found

@@ -76,6 +76,7 @@ class Placer:
         self._kinds_for: dict[Allowed, list[int]] = {}
         self._eligible: dict[tuple[tuple[str, tuple[str, ...]], ...], frozenset[int]] = {}
         self._largest_cache: dict[Allowed, tuple[int, int, float, int] | None] = {}
+        self._bucket_cache: dict[tuple[int, int, float, int, Allowed], tuple[int, list[int]]] = {}
         self._max_device_memory = max(
             (node.node.gpu_memory for node in state.nodes if node.node.gpus), default=0
         )
@@ -264,22 +265,41 @@ class Placer:
         kinds = self._kinds(allowed)
         for free in range(count, state.max_devices + 1):
             for kind in kinds:
-                # Nodes in the same state score the same: the first of them stands for all.
-                seen: set[tuple[tuple[float, ...], float, float]] = set()
-                for scanned, index in enumerate(state.kind_buckets[kind][free]):
-                    if scanned == SCANNED_PER_BUCKET:
-                        break
-                    if allowed is not None and index not in allowed:
-                        continue
-                    node = nodes[index]
-                    if self._host_fits(node, group):
-                        look = (tuple(node.used), node.free_cpu, node.free_memory)
-                        if look in seen:
-                            continue
-                        seen.add(look)
-                        yield node
-                        if len(seen) == FITTING_PER_BUCKET:
-                            break
+                for index in self._bucket_candidates(kind, free, group, allowed):
+                    yield nodes[index]
+
+    def _bucket_candidates(
+        self, kind: int, free: int, group: TaskGroup, allowed: Allowed
+    ) -> list[int]:
+        """The nodes `_nodes_with_free_devices` offers from one bucket. Most placements
+        change one or two buckets, so the answer is kept until the bucket changes."""
+        state = self.state
+        stamp = state.bucket_stamps[kind][free]
+        key = (kind, free, group.cpu, group.memory, allowed)
+        kept = self._bucket_cache.get(key)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        nodes = state.nodes
+        cpu, memory = group.cpu, group.memory
+        found: list[int] = []
+        # Nodes in the same state score the same: the first of them stands for all.
+        seen: set[tuple[tuple[float, ...], float, float]] = set()
+        for scanned, index in enumerate(state.kind_buckets[kind][free]):
+            if scanned == SCANNED_PER_BUCKET:
+                break
+            if allowed is not None and index not in allowed:
+                continue
+            node = nodes[index]
+            if node.free_cpu + EPSILON >= cpu and node.free_memory + EPSILON >= memory:
+                look = (tuple(node.used), node.free_cpu, node.free_memory)
+                if look in seen:
+                    continue
+                seen.add(look)
+                found.append(index)
+                if len(seen) == FITTING_PER_BUCKET:
+                    break
+        self._bucket_cache[key] = (stamp, found)
+        return found
 
     def _least_fragmenting_node(
         self, count: int, group: TaskGroup, allowed: Allowed

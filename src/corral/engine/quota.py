@@ -145,21 +145,14 @@ def within_fair_share(queue: QueueState, request: Request) -> int:
     return reach
 
 
-def over_below(
-    leaf: QueueState,
-    reclaimer_path: set[str],
-    meeting: set[str],
-    root_allowed: bool,
-    request: Request,
-) -> bool:
-    """True when every queue from `leaf` up to where its path meets the reclaimer's is over
-    its fair share, and the paths meet where the reclaimer may take from."""
-    for level in leaf.path:
-        if level.name in reclaimer_path:
-            return level.name in meeting
-        if not over_fair_share(level.alloc, level.fair_share, request):
+def all_over(levels: Sequence[QueueState], wanted: Sequence[int]) -> bool:
+    """True when every queue of `levels` is over its fair share of one of the resources
+    `wanted`."""
+    for level in levels:
+        alloc, share = level.alloc, level.fair_share
+        if not any(alloc[resource] > share[resource] + EPSILON for resource in wanted):
             return False
-    return root_allowed
+    return True
 
 
 def served_ratio(queue: QueueState, request: Request) -> float:

@@ -87,6 +87,7 @@ class QueueState:
         "priority",
         "queue",
         "requested",
+        "stamp",
         "weight",
     )
 
@@ -110,6 +111,9 @@ class QueueState:
         self.np_alloc = [0.0, 0.0, 0.0]
         self.requested = [0.0, 0.0, 0.0]
         self.fair_share = [0.0, 0.0, 0.0]
+        # Goes up whenever `alloc` or `np_alloc` changes, so that what is worked out from
+        # them may be kept until then.
+        self.stamp = 0
         # What the queue is entitled to now: its deserved quota or fair share, the larger
         # (see `set_fair_share`).
         self.allotment = list(self.deserved)
@@ -189,6 +193,11 @@ class ClusterState:
         self.buckets: list[SortedList] = []
         # kind_buckets[k][c]: the same, for the nodes of kind k.
         self.kind_buckets: list[list[SortedList]] = []
+        # bucket_stamps[k][c]: changes whenever kind_buckets[k][c] or one of its nodes
+        # changes (never back to an earlier value), so that what was read from a bucket
+        # may be kept until then (see `Placer`).
+        self.bucket_stamps: list[list[int]] = []
+        self._stamp = 0
         # Partly used devices of schedulable nodes: (free fraction, node index, device).
         self.partial = SortedList()
         self.free_gpu = 0.0
@@ -245,6 +254,7 @@ class ClusterState:
         for node in self._changed_nodes:
             node.free_cpu = _round(node.free_cpu)
             node.free_memory = _round(node.free_memory)
+            self._touch(node)
         self._changed_nodes.clear()
         rounded: set[str] = set()
         for leaf in self._changed_queues:
@@ -253,11 +263,13 @@ class ClusterState:
                     rounded.add(queue.name)
                     queue.alloc[:] = [_round(value) for value in queue.alloc]
                     queue.np_alloc[:] = [_round(value) for value in queue.np_alloc]
+                    queue.stamp += 1
         self._changed_queues.clear()
 
     def index(self) -> None:
         """Round every total (see `settle`) and build the free-capacity indices from the
         nodes as they stand."""
+        self.bucket_stamps = []
         self._changed_nodes.update(self.nodes)
         self._changed_queues.update(queue for queue in self.queues.values() if queue.leaf)
         self.settle()
@@ -278,6 +290,8 @@ class ClusterState:
                     partial.append((_round(1.0 - used), state.index, device))
         self.buckets = [SortedList(bucket) for bucket in buckets]
         self.kind_buckets = [[SortedList(bucket) for bucket in kind] for kind in kind_buckets]
+        self._stamp += 1
+        self.bucket_stamps = [[self._stamp] * len(kind) for kind in kind_buckets]
         self.partial = SortedList(partial)
         self.free_gpu = _round(free_gpu)
 
@@ -318,6 +332,7 @@ class ClusterState:
         node = self.by_name[placement.node]
         self._changed_nodes.add(node)
         self._changed_queues.add(workload.queue)
+        self._touch(node)
         group = workload.tasks[placement.task]
         node.free_cpu -= sign * group.cpu
         node.free_memory -= sign * group.memory
@@ -342,9 +357,16 @@ class ClusterState:
         if schedulable and placement.devices:
             self.buckets[node.free_whole].add(node.index)
             self.kind_buckets[node.kind][node.free_whole].add(node.index)
+            self._touch(node)
         if schedulable:
             self.free_gpu = _round(self.free_gpu - sign * placement.gpu)
         self._count(workload, placement, group, sign)
+
+    def _touch(self, node: NodeState) -> None:
+        """Mark the bucket the node is in as changed."""
+        if self.bucket_stamps:
+            self._stamp += 1
+            self.bucket_stamps[node.kind][node.free_whole] = self._stamp
 
     @staticmethod
     def _count(
@@ -354,6 +376,7 @@ class ClusterState:
         amounts = (placement.gpu, group.cpu, float(group.memory))
         preemptible = workload.preemptible
         for queue in workload.queue.path:
+            queue.stamp += 1
             alloc = queue.alloc
             alloc[GPU] += sign * amounts[GPU]
             alloc[CPU] += sign * amounts[CPU]

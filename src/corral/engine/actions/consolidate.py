@@ -3,6 +3,7 @@ fit. Every moved workload is placed again in the same cycle: no net eviction."""
 
 from __future__ import annotations
 
+import heapq
 import math
 
 from corral.engine.kinds import GPU
@@ -92,6 +93,12 @@ class Consolidate:
             for node in session.placer.nodes_of(allowed)
             if node.node.gpus >= math.ceil(group.gpu)
         ]
+        # Only nodes with at least the free GPUs of the last one tried can be tried: rank
+        # just those (the ranking's first term), since ranking every node is slow.
+        frees = [node.free_gpu for node in nodes]
+        if len(nodes) > config.consolidate_max_nodes > 0:
+            least = heapq.nlargest(config.consolidate_max_nodes, frees)[-1]
+            nodes = [node for node, free in zip(nodes, frees, strict=True) if free >= least]
         # Most free capacity first; between equals, the node whose movable work is newest,
         # since the newest work is the first to be disturbed everywhere else too.
         nodes.sort(key=lambda node: (-node.free_gpu, -self._newest_movable(node.name), node.index))

@@ -11,11 +11,11 @@ from __future__ import annotations
 import itertools
 
 from corral.engine.eviction import NextVictim, Unit, VictimSearch
-from corral.engine.kinds import CPU, GPU, MEMORY, Request
+from corral.engine.kinds import CPU, DIMENSIONS, GPU, MEMORY, Request
 from corral.engine.quota import (
+    all_over,
     amount_text,
     first_over,
-    over_below,
     over_fair_share,
     quota_block,
     served_ratio,
@@ -31,6 +31,10 @@ AnyoneOver = dict[tuple[str, bool, bool, bool], bool]
 # A leaf's rank among the queues that may give: most over-served first, then the most
 # GPUs held, then by name.
 GiverRank = tuple[float, float, tuple[object, ...]]
+# A leaf that may give, the queues of its path below where it meets a reclaimer's, the
+# index in the reclaimer's path of the queue where they meet (None: above the root), and
+# the names of those queues below.
+Giver = tuple[QueueState, list[QueueState], int | None, frozenset[str]]
 
 
 class Reclaim:
@@ -40,6 +44,10 @@ class Reclaim:
         self.session = session
         self.victims = victims
         self._name_keys: dict[str, tuple[object, ...]] = {}
+        self._givers_of: dict[str, list[Giver]] = {}
+        # A leaf's rank as a giver of the resources asked for (None: it may not give), and
+        # the sum of its path's stamps it was worked out at.
+        self._giver_ranks: dict[tuple[str, tuple[int, ...]], tuple[int, GiverRank | None]] = {}
 
     @staticmethod
     def could_take(
@@ -142,36 +150,36 @@ class Reclaim:
         nodes with the most GPUs free or held by queues that may give first."""
         ws = candidate.workload
         request = candidate.request
-        path = ws.queue.path
-        ancestors = {queue.name for queue in path}
         # The victim's branch must split from the reclaimer's at an ancestor below which
         # the reclaimer stays within its fair share (the root counts when all of it does).
-        meeting = {queue.name for queue in path[1 : reach + 1]}
-        root_allowed = reach >= len(path)
-        leaves = [
-            leaf for leaf in self.session.queues.values() if leaf.leaf and leaf is not ws.queue
-        ]
-        # Whether a leaf may give depends on the totals of its path below the reclaimer's,
-        # and its rank on its own: an eviction changes only those of the victim's path.
-        below = {
-            leaf.name: {
-                level.name
-                for level in itertools.takewhile(lambda q: q.name not in ancestors, leaf.path)
-            }
-            for leaf in leaves
-        }
+        root_allowed = reach >= len(ws.queue.path)
+        givers = self._givers(ws.queue)
         ranked: dict[str, tuple[GiverRank, QueueState]] = {}
         taken_from: list[QueueState] = []
 
-        def rank(leaf: QueueState) -> None:
-            if over_below(leaf, ancestors, meeting, root_allowed, request):
-                key = (-served_ratio(leaf, request), -leaf.alloc[GPU], self._name_key(leaf))
-                ranked[leaf.name] = (key, leaf)
-            else:
-                ranked.pop(leaf.name, None)
+        wanted = tuple(resource for resource in DIMENSIONS if request[resource] > EPSILON)
+        kept = self._giver_ranks
 
-        for leaf in leaves:
-            rank(leaf)
+        def rank(giver: Giver) -> None:
+            leaf, levels, meet, _ = giver
+            if root_allowed if meet is None else 1 <= meet <= reach:
+                # Stamps only go up: the same sum means none of these totals changed.
+                mark = 0
+                for level in levels:
+                    mark += level.stamp
+                found = kept.get((leaf.name, wanted))
+                if found is None or found[0] != mark:
+                    key = None
+                    if all_over(levels, wanted):
+                        key = (-served_ratio(leaf, request), -leaf.alloc[GPU], self._name_key(leaf))
+                    found = kept[leaf.name, wanted] = (mark, key)
+                if found[1] is not None:
+                    ranked[leaf.name] = (found[1], leaf)
+                    return
+            ranked.pop(leaf.name, None)
+
+        for giver in givers:
+            rank(giver)
         targets: list[int | None] = [None]
         if by_node:
             targets = self._targets(ws, set(ranked))
@@ -179,9 +187,9 @@ class Reclaim:
         def next_victim() -> Unit | None:
             if taken_from:
                 changed = {queue.name for queue in taken_from.pop().path}
-                for leaf in leaves:
-                    if not below[leaf.name].isdisjoint(changed):
-                        rank(leaf)
+                for giver in givers:
+                    if not giver[3].isdisjoint(changed):
+                        rank(giver)
             while targets:
                 for _, leaf in sorted(ranked.values(), key=lambda item: item[0]):
                     unit = self.victims.first_unit(leaf, ws, None, targets[0])
@@ -194,6 +202,29 @@ class Reclaim:
             return None
 
         return next_victim
+
+    def _givers(self, queue: QueueState) -> list[Giver]:
+        """The leaves that may give to a reclaimer of `queue`, each with its path below
+        where it meets the reclaimer's, the index in the reclaimer's path of where they
+        meet (None above the root), and the names of that path below. Whether a leaf may
+        give depends on the totals of those queues alone, and the tree does not change
+        during a cycle, so this is worked out once per queue."""
+        found = self._givers_of.get(queue.name)
+        if found is None:
+            found = []
+            ancestors = {level.name: index for index, level in enumerate(queue.path)}
+            for leaf in self.session.queues.values():
+                if not leaf.leaf or leaf is queue:
+                    continue
+                levels = list(
+                    itertools.takewhile(lambda level: level.name not in ancestors, leaf.path)
+                )
+                meet = (
+                    ancestors[leaf.path[len(levels)].name] if len(levels) < len(leaf.path) else None
+                )
+                found.append((leaf, levels, meet, frozenset(level.name for level in levels)))
+            self._givers_of[queue.name] = found
+        return found
 
     def _targets(self, ws: WorkloadState, givers: set[str]) -> list[int | None]:
         """Nodes the workload may use where preemptible work of the queues in `givers`

@@ -4,8 +4,9 @@ other users their own."""
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Response
 
 from corral.server.deps import API, StoreDep, User
 from corral.server.errors import ERRORS, Forbidden
@@ -40,7 +41,12 @@ def list_tokens(current: User, store: StoreDep, user: str | None = None) -> list
 
 
 @router.delete("/tokens/{token_id}", status_code=204)
-def revoke_token(token_id: int, current: User, store: StoreDep) -> Response:
+def revoke_token(
+    # Ids are 64-bit in the database: a larger number is refused here, not by the driver.
+    token_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    current: User,
+    store: StoreDep,
+) -> Response:
     """Revoke a token: it stops working at once (the server's token cache is cleared)."""
     owner = store.token_owner(token_id)
     if current.role != "admin" and owner != current.name:

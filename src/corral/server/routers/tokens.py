@@ -42,8 +42,9 @@ def list_tokens(current: User, store: StoreDep, user: str | None = None) -> list
 
 @router.delete("/tokens/{token_id}", status_code=204)
 def revoke_token(
-    # Ids are 64-bit in the database: a larger number is refused here, not by the driver.
-    token_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    # Ids are an INTEGER column, 32-bit on PostgreSQL: a larger number is refused here,
+    # not by the driver (a 500).
+    token_id: Annotated[int, Path(ge=1, le=2**31 - 1)],
     current: User,
     store: StoreDep,
 ) -> Response:

@@ -157,16 +157,15 @@ class Dispatcher:
     def launches(
         self,
         work: BoundWork,
-        node: str | None = None,
-        accounts: Mapping[str, str | None] | None = None,
+        node: str | None,
+        accounts: Mapping[str, str | None],
         with_secrets: bool = True,
     ) -> list[TaskLaunch]:
         """The launches of a bound workload (on `node` only, when given); `accounts` as
-        `unix_users` gives them, read here when not given. Its secrets are decrypted only
-        here, at the last moment, and never logged (`with_secrets=False`: left out, for
-        launches that are only compared with what runs)."""
-        if accounts is None:
-            accounts = unix_users(self.store)
+        `unix_users` gives them, read once by the caller for all its workloads. Its secrets
+        are decrypted only here, at the last moment, and never logged
+        (`with_secrets=False`: left out, for launches that are only compared with what
+        runs)."""
         secrets = self.store.secret_env(work.workload.spec) if with_secrets else None
         return launches(work, node, self.rendezvous, accounts, secrets)
 
@@ -193,7 +192,10 @@ class Dispatcher:
     def started(self, names: set[str]) -> None:
         if names:
             work = self.store.bound_work(names=names)
-            self.cluster.start([launch for w in work for launch in self.launches(w)])
+            accounts = unix_users(self.store)
+            self.cluster.start(
+                [launch for w in work for launch in self.launches(w, None, accounts)]
+            )
 
     def release(self, releases: list[Release], grace_period: float | None = None) -> None:
         """Stop released tasks, each after its workload's grace period (or the one given,

@@ -39,6 +39,9 @@ class TaskLaunch:
     # The Unix account the task runs as when the agent runs as root (its submitter's);
     # None when the submitter has none, and such a task is refused by a root agent.
     unix_user: str | None = None
+    # Which binding of the task this is: an end reported for another launch of the same
+    # task (evicted and bound again while its workload kept running) is not this one's.
+    launch: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -70,10 +73,12 @@ class Reports(Protocol):
         exit_code: int | None,
         reason: str,
         attempt: int | None = None,
+        launch: int | None = None,
     ) -> None:
         """The task's process is gone; `exit_code` None when nobody knows how it ended.
-        `attempt` is the attempt the process was launched for (`TaskLaunch.attempt`): the
-        end of an earlier attempt is not the end of the task bound now."""
+        `attempt` and `launch` are those the process was launched with (`TaskLaunch`): the
+        end of an earlier attempt, or of an earlier launch of the task in this attempt, is
+        not the end of the task bound now."""
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive."""

@@ -47,6 +47,7 @@ class Recorder:
         exit_code: int | None,
         reason: str,
         attempt: int | None = None,
+        launch: int | None = None,
     ) -> None:
         with self.lock:
             self.ended[workload] = (exit_code, reason)

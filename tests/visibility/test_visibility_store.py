@@ -133,6 +133,34 @@ def test_the_end_of_an_earlier_attempt_does_not_end_the_task_bound_now(store: St
     assert store.get_workload("w1").status == "succeeded"
 
 
+def test_the_end_of_a_shrunk_task_does_not_end_the_same_task_grown_again(store: Store) -> None:
+    # An elastic workload keeps running (and keeps its attempt) while it shrinks and grows:
+    # the end of a task evicted by reclaim arrives after the same task number was bound
+    # again. Only the launch the end belongs to may be charged with it.
+    cluster(store)
+    store.submit(
+        WorkloadSpec("elastic", "vision", "alice", (TaskGroup("worker", 3, 1.0),), min_available=1)
+    )
+    bind(store, "elastic", *(Placement(t, "n1", (t,), 1.0) for t in range(3)))
+    [old] = [t for w in store.bound_work(names={"elastic"}) for t in w.tasks if t.task == 1]
+    store.apply(Decisions({}, (Eviction("elastic", (1, 2), "reclaim", "other", "test"),), {}, {}))
+    bind(store, "elastic", Placement(1, "n1", (3,), 1.0))
+    [new] = [t for w in store.bound_work(names={"elastic"}) for t in w.tasks if t.task == 1]
+    attempt = store.get_workload("elastic").attempts
+    assert new.launch != old.launch
+    ended = store.task_ended("elastic", 1, 143, "preempted: reclaim for other", attempt, old.launch)
+    assert ended == []
+    record = store.get_workload("elastic")
+    assert (record.status, record.reason, sorted(p.task for p in record.placements)) == (
+        "running",
+        None,
+        [0, 1],
+    )
+    # The end of the launch bound now counts: it fails the workload and stops task 0.
+    [stop] = store.task_ended("elastic", 1, 1, "exited with code 1", attempt, new.launch)
+    assert (stop.tasks, store.get_workload("elastic").status) == ((0,), "failed")
+
+
 def age_allocation(store: Store, workload: str, seconds: float) -> None:
     """Pretend the workload was bound `seconds` ago."""
     with store.write() as session:

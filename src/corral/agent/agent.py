@@ -241,6 +241,7 @@ class Agent:
                         exit_code,
                         reason,
                         launch.attempt,
+                        launch.launch,
                     ),
                 )
             )

@@ -389,7 +389,14 @@ class RayCluster:
                 reports.task_started(agent.name, workload, task, item[4], item[5])
             else:
                 reports.task_ended(
-                    agent.name, workload, task, item[4], item[5], attempt if attempt >= 0 else None
+                    agent.name,
+                    workload,
+                    task,
+                    item[4],
+                    item[5],
+                    attempt if attempt >= 0 else None,
+                    # An agent started before launches were numbered sends none.
+                    item[6] if len(item) > 6 else None,
                 )
                 with self._lock:
                     if self._latest.get((workload, task)) == (agent.name, attempt):

@@ -58,11 +58,12 @@ class _Buffer:
         exit_code: int | None,
         reason: str,
         attempt: int | None = None,
+        launch: int | None = None,
     ) -> None:
         with self.lock:
             known = self.attempts.pop((workload, task), -1)
             attempt = known if attempt is None else attempt
-            self.items.append(("ended", workload, task, attempt, exit_code, reason))
+            self.items.append(("ended", workload, task, attempt, exit_code, reason, launch))
 
     def heartbeat(self, node: str) -> None:
         """Nothing to do: the server's drain is the heartbeat."""

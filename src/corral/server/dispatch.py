@@ -106,6 +106,7 @@ def launches(
                 project=spec.project,
                 task=state.task,
                 attempt=work.workload.attempts,
+                launch=state.launch,
                 node=state.node,
                 devices=state.devices,
                 gpu=state.gpu,
@@ -241,12 +242,13 @@ class Dispatcher:
         exit_code: int | None,
         reason: str,
         attempt: int | None = None,
+        launch: int | None = None,
     ) -> None:
         if not self._bound_to(workload, task, node):
             # The end of a task stopped on a node it has left (moved by consolidation,
             # requeued when its node was lost): the task bound elsewhere is not ended.
             return
-        self.release(self.store.task_ended(workload, task, exit_code, reason, attempt))
+        self.release(self.store.task_ended(workload, task, exit_code, reason, attempt, launch))
         self.wake_scheduler()
 
     def _bound_to(self, workload: str, task: int, node: str) -> bool:

@@ -321,16 +321,19 @@ class Store(Database):
         exit_code: int | None,
         reason: str,
         attempt: int | None = None,
+        launch: int | None = None,
     ) -> list[Release]:
         """A task's process ended. A task that is no longer bound (evicted, suspended,
-        deleted), or the end of an earlier `attempt` than the workload's current one (a
-        preempted process whose end arrives after the workload was bound again), changes
-        nothing more. Otherwise exit 0 marks the task done, and the
-        workload succeeds when every task is; any other end stops the rest of the gang and
-        sends the workload back to pending, or to failed once its retries are used up.
+        deleted), the end of an earlier `attempt` than the workload's current one (a
+        preempted process whose end arrives after the workload was bound again), or of
+        another `launch` of the task than the one bound now (an elastic workload's task
+        evicted and bound again in the same attempt), changes nothing more. Otherwise exit
+        0 marks the task done, and the workload succeeds when every task is; any other end
+        stops the rest of the gang and sends the workload back to pending, or to failed
+        once its retries are used up.
         Returns the sibling tasks to stop."""
         with self.write() as session:
-            return tasks.task_ended(session, workload, task, exit_code, reason, attempt)
+            return tasks.task_ended(session, workload, task, exit_code, reason, attempt, launch)
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive; an unavailable node becomes ready again."""

@@ -143,6 +143,8 @@ class TaskState:
     state: str
     pid: int | None
     proc_start: int | None
+    # Which binding of the task this is (see `PlacementRow.launch`); None from before 0006.
+    launch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,7 +194,11 @@ def apply(session: Session, decisions: Decisions) -> list[Release]:
             row.name: row
             for row in session.execute(
                 select(
-                    WorkloadRow.id, WorkloadRow.name, WorkloadRow.status, WorkloadRow.reason
+                    WorkloadRow.id,
+                    WorkloadRow.name,
+                    WorkloadRow.status,
+                    WorkloadRow.reason,
+                    WorkloadRow.launches,
                 ).where(WorkloadRow.name.in_(names))
             )
         }
@@ -202,7 +206,9 @@ def apply(session: Session, decisions: Decisions) -> list[Release]:
         else {}
     )
     if decisions.bindings:
-        _bind(session, decisions, {name: row.id for name, row in found.items()}, now)
+        _bind(
+            session, decisions, {name: (row.id, row.launches) for name, row in found.items()}, now
+        )
     reasons = [
         {"workload_id": row.id, "reason": reason}
         for name, reason in decisions.pending.items()
@@ -218,16 +224,20 @@ def apply(session: Session, decisions: Decisions) -> list[Release]:
     return released
 
 
-def _bind(session: Session, decisions: Decisions, ids: dict[str, int], now: float) -> None:
+def _bind(
+    session: Session, decisions: Decisions, rows: dict[str, tuple[int, int]], now: float
+) -> None:
+    """Place the bound tasks (`rows`: workload name -> id and launches so far)."""
     node_ids = dict(session.execute(select(NodeRow.name, NodeRow.id)).all())
     session.add_all(
         PlacementRow(
-            workload_id=ids[name],
+            workload_id=rows[name][0],
             task=placement.task,
             node_id=node_ids[placement.node],
             devices=list(placement.devices),
             gpu=placement.gpu,
             created_at=now,
+            launch=rows[name][1] + 1,
         )
         for name, placements in decisions.bindings.items()
         for placement in placements
@@ -245,8 +255,9 @@ def _bind(session: Session, decisions: Decisions, ids: dict[str, int], now: floa
                 (table.c.status == "running", table.c.attempts),
                 else_=table.c.attempts + 1,
             ),
+            launches=table.c.launches + 1,
         ),
-        [{"workload_id": ids[name]} for name in decisions.bindings],
+        [{"workload_id": rows[name][0]} for name in decisions.bindings],
     )
     add_events(
         session,

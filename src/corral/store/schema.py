@@ -128,6 +128,9 @@ class WorkloadRow(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     # Failed runs, counted against backoff_limit; preemptions do not count.
     failures: Mapped[int] = mapped_column(Integer, default=0)
+    # Bindings so far, counting an elastic workload's growth (which keeps its attempt):
+    # each placement's `launch` is this count when it was bound.
+    launches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
@@ -177,6 +180,10 @@ class PlacementRow(Base):
     pid: Mapped[int | None] = mapped_column(Integer)
     proc_start: Mapped[int | None] = mapped_column(BigInteger)
     exit_code: Mapped[int | None] = mapped_column(Integer)
+    # Which binding of the task this is (`WorkloadRow.launches`), sent with its launch and
+    # echoed by its process's end: the end of a task stopped earlier is not this one's.
+    # NULL for placements from before 0006.
+    launch: Mapped[int | None] = mapped_column(Integer)
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="placements")
     node: Mapped[NodeRow] = relationship()

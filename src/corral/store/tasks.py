@@ -44,6 +44,7 @@ def bound_work(session: Session, node: str | None, names: set[str] | None) -> li
                 state=p.state,
                 pid=p.pid,
                 proc_start=p.proc_start,
+                launch=p.launch,
             )
             for p in row.placements
         )
@@ -77,6 +78,7 @@ def task_ended(
     exit_code: int | None,
     reason: str,
     attempt: int | None = None,
+    launch: int | None = None,
 ) -> list[Release]:
     """A task's process ended (see `Store.task_ended`). Returns the sibling tasks to stop."""
     placement = _placement(session, workload, task)
@@ -86,6 +88,10 @@ def task_ended(
     if attempt is not None and attempt != row.attempts:
         # An earlier attempt's process (preempted, then the workload bound again before
         # its end was reported): the task bound now has not ended.
+        return []
+    if launch is not None and placement.launch is not None and launch != placement.launch:
+        # An earlier binding of this task within the same attempt (an elastic workload's
+        # task evicted, then bound again as the workload grew): not this binding's end.
         return []
     if exit_code == 0:
         _task_succeeded(session, row, placement, reason)

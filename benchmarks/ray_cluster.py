@@ -71,6 +71,10 @@ class Corral:
     def __init__(self, args: list[str], data_dir: Path) -> None:
         self.port = free_port()
         self.data_dir = data_dir
+        if os.geteuid() == 0:
+            # Agents that run as root run each task as its submitter's account: the
+            # benchmark submits as the admin, whose tasks then run as root.
+            args = [*args, "--admin-unix-user", "root"]
         log = open(data_dir / "server.log", "ab")  # noqa: SIM115 - lives with the process
         self.process = subprocess.Popen(
             [CORRAL, *args, "--data-dir", str(data_dir), "--port", str(self.port)],

@@ -7,9 +7,11 @@ node affinity, `num_cpus=0`), so that a restarted server finds it again by name 
 adopts its tasks. Ray's `GPU` resource is never used to place corral tasks: the agent
 finds its devices itself (NVML, or the node's `corral_virtual_gpus` resource).
 
-A poller calls every agent's `drain()` about once a second. The answer carries the
-agent's reports, what it runs, new log output and telemetry; a successful answer is the
-node's heartbeat. An agent that stops answering is marked lost by the dispatcher's
+A poller keeps one `drain(wait)` call outstanding per agent: the agent answers as soon
+as it has a report, else after the poll interval, and the poller asks again at once. The
+answer carries the agent's reports, what it runs, new log output and telemetry; a
+successful answer is the node's heartbeat. The actors are threaded, so that orders do not
+wait behind a drain. An agent that stops answering is marked lost by the dispatcher's
 `expire_nodes` after the loss timeout; its tasks were fenced by their own launchers
 before that (the fence timeout is shorter), so no task runs twice.
 
@@ -51,6 +53,9 @@ VIRTUAL_GPUS = "corral_virtual_gpus"
 # enough for a loss timeout of several seconds (1,000 nodes, 500 writes/s; one a second
 # would be 1,000).
 HEARTBEAT_EVERY = 2.0
+# Calls an agent actor serves at once: a waiting drain, and starts, stops and port
+# requests beside it.
+AGENT_CONCURRENCY = 4
 
 
 def connect(address: str, timeout: float = 30.0) -> None:
@@ -122,6 +127,8 @@ class _Agent:
     registered: bool = False
     draining: Any = None  # the pending drain() call
     drain_sent: float = 0.0
+    # Whether the agent's drain may wait for reports (see NodeAgent.hello).
+    long_poll: bool = False
     last_answer: float = 0.0
     last_heartbeat: float = 0.0
     running: set[tuple[str, int]] = field(default_factory=set)
@@ -161,6 +168,7 @@ class RayCluster:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._discovered = -float("inf")
 
     # -- corral.cluster.Cluster ------------------------------------------------------------
 
@@ -239,15 +247,23 @@ class RayCluster:
     # -- polling ---------------------------------------------------------------------------
 
     def _poll(self) -> None:
-        while not self._stop.wait(self.poll_interval):
+        while not self._stop.is_set():
             try:
-                self.poll_once()
+                waited = self.poll_once()
             except Exception:
                 log.exception("polling the agents failed")
+                waited = False
+            if not waited:
+                self._stop.wait(self.poll_interval)
 
-    def poll_once(self) -> None:
-        """One round: start agents on new nodes, forget dead ones, drain the others."""
-        self._discover()
+    def poll_once(self) -> bool:
+        """One round: start agents on new nodes and forget dead ones (at most once per
+        poll interval), keep a drain outstanding at every agent, and handle the answers
+        that came back, waiting up to the poll interval for the first. False when there
+        was nothing to wait for."""
+        if time.monotonic() - self._discovered >= self.poll_interval:
+            self._discover()
+            self._discovered = time.monotonic()
         with self._lock:
             agents = list(self._agents.values())
         pending = {}
@@ -258,13 +274,23 @@ class RayCluster:
                 # A call that never came back (the node vanished): ask again.
                 agent.draining = None
             if agent.registered and agent.draining is None:
-                agent.draining = agent.handle.drain.remote()
+                agent.draining = (
+                    agent.handle.drain.remote(self.poll_interval)
+                    if agent.long_poll
+                    else agent.handle.drain.remote()
+                )
                 agent.drain_sent = time.time()
             if agent.draining is not None:
                 pending[agent.draining] = (agent, "drain")
         if not pending:
-            return
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.poll_interval / 2)
+            return False
+        refs = list(pending)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=self.poll_interval)
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        # Whether every answer came back without waiting (failures, agents that do not
+        # wait): then this round pauses, or they would be asked again in a busy loop.
+        quick = bool(ready)
         for ref in ready:
             agent, kind = pending[ref]
             try:
@@ -281,9 +307,14 @@ class RayCluster:
             if kind == "hello":
                 agent.hello = None
                 self._register(agent, answer)
+                quick = False  # its first drain follows at once
             else:
                 agent.draining = None
                 self._drained(agent, answer)
+                quick = quick and not agent.long_poll
+        if quick:
+            self._stop.wait(self.poll_interval)
+        return True
 
     def _discover(self) -> None:
         nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
@@ -312,6 +343,7 @@ class RayCluster:
             get_if_exists=True,
             num_cpus=0,
             max_restarts=-1,
+            max_concurrency=AGENT_CONCURRENCY,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
         ).remote(
             name,
@@ -332,6 +364,7 @@ class RayCluster:
     def _register(self, agent: _Agent, hello: dict[str, Any]) -> None:
         devices = hello["devices"]
         agent.last_answer = time.time()
+        agent.long_poll = hello.get("protocol", 1) >= 2
         with self._lock:
             if devices:
                 self.store.register_node(

@@ -3,8 +3,11 @@
 It is the local agent (`corral.agent.Agent`) with three differences that Ray makes
 necessary:
 
-- Reports are buffered and collected by the server, which calls `drain()` about once a
-  second; that call is also the heartbeat, and it renews the node's lease.
+- Reports are buffered and collected by the server, which keeps one `drain(wait)` call
+  outstanding per node: it answers as soon as there is a report, or after `wait` seconds
+  with what runs. Each call is also the heartbeat, and it renews the node's lease. The
+  actor is threaded, so that starts, stops and port requests do not queue behind a
+  waiting drain.
 - Task launchers are detached from the actor's process tree (a Ray worker kills its own
   children when its raylet dies, while their children live on) and fenced: a launcher
   kills its own process group when the lease is older than the fence timeout, so a node
@@ -32,6 +35,8 @@ from corral.messages import TaskLaunch, TaskStop
 from corral.model import GIB
 from corral.model.telemetry import Sample
 
+# What this agent understands (see `hello`).
+PROTOCOL = 2
 # At most this much of one task's log per drain; the rest follows in the next ones.
 LOG_CHUNK = 1 << 20
 
@@ -41,6 +46,8 @@ class _Buffer:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        # Notified whenever a report is added: a waiting drain answers at once.
+        self.added = threading.Condition(self.lock)
         self.attempts: dict[tuple[str, int], int] = {}
         self.items: list[tuple[Any, ...]] = []
         self.latest: list[Sample] = []
@@ -49,6 +56,7 @@ class _Buffer:
         with self.lock:
             attempt = self.attempts.get((workload, task), -1)
             self.items.append(("started", workload, task, attempt, pid, proc_start))
+            self.added.notify_all()
 
     def task_ended(
         self,
@@ -64,6 +72,7 @@ class _Buffer:
             known = self.attempts.pop((workload, task), -1)
             attempt = known if attempt is None else attempt
             self.items.append(("ended", workload, task, attempt, exit_code, reason, launch))
+            self.added.notify_all()
 
     def heartbeat(self, node: str) -> None:
         """Nothing to do: the server's drain is the heartbeat."""
@@ -127,6 +136,8 @@ class NodeAgent:
         self.agent.lease = self.lease
         self.agent.fence_timeout = fence_timeout
         self.agent.start_thread()
+        # The actor is threaded (see corral.cluster.ray): this guards what follows.
+        self._lock = threading.Lock()
         # Log shipping: how far each task's log was sent, and tasks whose log is final.
         self._offsets: dict[tuple[str, int], int] = {}
         self._ended: set[tuple[str, int]] = set()
@@ -149,6 +160,9 @@ class NodeAgent:
             "ram": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
             "pid": os.getpid(),
             "data_dir": str(self.data_dir),
+            # 2: `drain(wait)` and a threaded actor. An agent started by an older server
+            # (detached actors outlive it) says nothing, and is drained without waiting.
+            "protocol": PROTOCOL,
         }
 
     def start(self, launches: list[TaskLaunch]) -> None:
@@ -171,9 +185,10 @@ class NodeAgent:
             with self.buffer.lock:
                 self.buffer.attempts[launch.key] = launch.attempt
             log = self.agent.log_path(launch.workload, launch.task)
-            # What the log held before (an earlier attempt here) was shipped already.
-            self._offsets[launch.key] = log.stat().st_size if log.exists() else 0
-            self._ended.discard(launch.key)
+            with self._lock:
+                # What the log held before (an earlier attempt here) was shipped already.
+                self._offsets[launch.key] = log.stat().st_size if log.exists() else 0
+                self._ended.discard(launch.key)
         self.agent.start(fresh)
 
     def stop(self, stops: list[TaskStop]) -> None:
@@ -185,31 +200,38 @@ class NodeAgent:
         """A port that is free on this node now and was not handed out in the last minute
         (two gangs whose rank 0 is here must not get the same one)."""
         now = time.time()
-        self._ports = {p: t for p, t in self._ports.items() if now - t < 60}
-        for _ in range(100):
-            with socket.socket() as sock:
-                sock.bind(("", 0))
-                port: int = sock.getsockname()[1]
-            if port not in self._ports:
-                break
-        self._ports[port] = now
+        with self._lock:
+            self._ports = {p: t for p, t in self._ports.items() if now - t < 60}
+            for _ in range(100):
+                with socket.socket() as sock:
+                    sock.bind(("", 0))
+                    port: int = sock.getsockname()[1]
+                if port not in self._ports:
+                    break
+            self._ports[port] = now
         return port
 
-    def drain(self) -> dict[str, Any]:
+    def drain(self, wait: float = 0.0) -> dict[str, Any]:
         """Everything since the last call: reports, what runs, new log output, the latest
-        telemetry. Being called renews the lease."""
+        telemetry. With `wait`, the answer waits up to that many seconds for a report
+        (the agent's own loop notices a task's start or end within its poll interval).
+        Being called renews the lease."""
         self._renew()
         self.agent.tick()
-        with self.buffer.lock:
+        with self.buffer.added:
+            if not self.buffer.items and wait > 0:
+                self.buffer.added.wait(wait)
             items, self.buffer.items = self.buffer.items, []
             samples, self.buffer.latest = self.buffer.latest, []
-        for item in items:
-            if item[0] == "ended":
-                self._ended.add((item[1], item[2]))
+        with self._lock:
+            for item in items:
+                if item[0] == "ended":
+                    self._ended.add((item[1], item[2]))
+            logs = self._ship_logs()
         return {
             "reports": items,
             "running": sorted(self.agent.running()),
-            "logs": self._ship_logs(),
+            "logs": logs,
             "samples": samples,
         }
 

@@ -20,6 +20,7 @@ from corral.server.dispatch import Dispatcher
 from corral.server.reports import ReportWriter
 from corral.server.scheduler import SchedulerLoop
 from corral.store import Store
+from corral.store.records import NodeState
 from corral.store.reports import Beat, Ended, Outcome, Started
 
 
@@ -76,6 +77,7 @@ def test_every_node_read_at_once_is_each_node_read_alone(store: Store) -> None:
     listed = store.list_nodes()
     assert [record.node.name for record in listed] == ["n0", "n1", "n2"]
     assert listed == [store.get_node(record.node.name) for record in listed]
+    assert store.node_states() == [NodeState(r.node.name, r.state, r.heartbeat_at) for r in listed]
     n2 = listed[2]
     assert [(t.workload, t.task, t.devices, t.gpu) for t in n2.tasks] == [
         ("half", 0, (0,), 0.5),

@@ -25,7 +25,7 @@ from corral.model.telemetry import Sample
 from corral.server.accounts import unix_users
 from corral.server.reports import ReportWriter
 from corral.store import NotFound, Store
-from corral.store.records import BoundWork, NodeRecord, Release
+from corral.store.records import BoundWork, NodeState, Release
 from corral.store.reports import Beat, Ended, Outcome, Started
 from corral.store.telemetry import record_samples
 
@@ -264,16 +264,16 @@ class Dispatcher:
 
     # -- reconciling -------------------------------------------------------------------
 
-    def reconcile(self, nodes: list[NodeRecord] | None = None) -> None:
+    def reconcile(self, nodes: list[NodeState] | None = None) -> None:
         """Make every node's agent run exactly what the store binds to it (`nodes`: the
         store's nodes, when the caller has just read them)."""
         # What the agents run first, then what the store binds: a task bound and started
         # in between is then missing (started again, which changes nothing), never extra.
         agents = {}
-        for record in self.store.list_nodes() if nodes is None else nodes:
-            running = self.cluster.running(record.node.name)
+        for record in self.store.node_states() if nodes is None else nodes:
+            running = self.cluster.running(record.name)
             if running is not None:
-                agents[record.node.name] = running
+                agents[record.name] = running
         # Reports sent before those answers are in the store before it is read.
         self.reports.flush()
         # All bound work in one read, grouped by node: reading it node by node cost a read
@@ -321,15 +321,15 @@ class Dispatcher:
                     ]
                 )
 
-    def expire(self, nodes: list[NodeRecord] | None = None) -> list[str]:
+    def expire(self, nodes: list[NodeState] | None = None) -> list[str]:
         """Mark nodes that stopped answering lost; their workloads go back to pending, and
         the tasks a requeued gang still has on other nodes are stopped before the
         scheduler may place it again (else a task of the old attempt could be taken for
         the new one where both land on the same node)."""
         limit = time.time() - self.node_timeout
         stale = {
-            record.node.name
-            for record in (self.store.list_nodes() if nodes is None else nodes)
+            record.name
+            for record in (self.store.node_states() if nodes is None else nodes)
             if record.state == "ready" and (record.heartbeat_at or 0.0) < limit
         }
         if not stale:
@@ -374,9 +374,9 @@ class Dispatcher:
                 # Heartbeats already received count before nodes are judged.
                 self.reports.flush()
                 # One read of the nodes for both.
-                nodes = self.store.list_nodes()
+                nodes = self.store.node_states()
                 if self.expire(nodes):
-                    nodes = self.store.list_nodes()
+                    nodes = self.store.node_states()
                 self.reconcile(nodes)
             except Exception:
                 log.exception("reconciling failed")

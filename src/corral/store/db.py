@@ -40,6 +40,7 @@ from corral.store.records import (
     ClusterCounts,
     EventRecord,
     NodeRecord,
+    NodeState,
     QueueRecord,
     Release,
     TokenRecord,
@@ -150,6 +151,11 @@ class Store(Database):
         """Every node, by name."""
         with self.read() as session:
             return nodes.list_nodes(session)
+
+    def node_states(self) -> list[NodeState]:
+        """Every node's name, state and last heartbeat, by name (one small select)."""
+        with self.read() as session:
+            return nodes.node_states(session)
 
     # -- workloads -----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from corral.model.spec import Device, NodeSpec
 from corral.store.convert import node_placements, node_record
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
-from corral.store.records import NodeRecord, TaskOnNode
+from corral.store.records import NodeRecord, NodeState, TaskOnNode
 from corral.store.schema import DeviceRow, NodeRow, PlacementRow, QueueRow, WorkloadRow
 
 NODES = cast(Table, NodeRow.__table__)
@@ -149,6 +149,16 @@ def list_nodes(session: Session) -> list[NodeRecord]:
             )
         )
     return records
+
+
+def node_states(session: Session) -> list[NodeState]:
+    """Every node's name, state and last heartbeat, by name."""
+    return [
+        NodeState(*row)
+        for row in session.execute(
+            select(NodeRow.name, NodeRow.state, NodeRow.heartbeat_at).order_by(NodeRow.name)
+        )
+    ]
 
 
 def heartbeat(session: Session, node: str) -> bool:

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from corral.store.nodes import heartbeats
 from corral.store.records import Release
-from corral.store.tasks import placement_of, task_ended, task_started
+from corral.store.tasks import bound_rows, placement_in, task_ended, task_started
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,18 +61,20 @@ class Outcome:
 
 
 def write_reports(session: Session, reports: Sequence[Report]) -> Outcome:
-    """Take in `reports`, in order, in the caller's transaction (later reports read what
-    earlier ones changed: the session flushes before each query)."""
+    """Take in `reports`, in order, in the caller's transaction."""
     outcome = Outcome()
     beats: set[str] = set()
+    # Every workload reported on, read once; the reports change these same objects, so
+    # each sees what the ones before it changed.
+    rows = bound_rows(session, {r.workload for r in reports if not isinstance(r, Beat)})
     for report in reports:
         if isinstance(report, Started):
             if not task_started(
-                session, report.workload, report.task, report.pid, report.proc_start
+                session, report.workload, report.task, report.pid, report.proc_start, rows
             ):
                 outcome.unbound.append(report)
         elif isinstance(report, Ended):
-            placement = placement_of(session, report.workload, report.task)
+            placement = placement_in(rows.get(report.workload), report.task)
             if placement is not None and placement.node.name != report.node:
                 # The end of a task stopped on a node it has left (moved by
                 # consolidation, requeued when its node was lost): the task bound
@@ -86,6 +88,7 @@ def write_reports(session: Session, reports: Sequence[Report]) -> Outcome:
                     report.exit_code,
                     report.reason,
                     report.attempt,
+                    rows,
                 )
             )
             outcome.ended.add(report.workload)

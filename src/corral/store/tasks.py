@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Placement, TaskGroup
 from corral.store.convert import spec_of
@@ -99,9 +99,41 @@ def bound_work(
     return work
 
 
-def task_started(session: Session, workload: str, task: int, pid: int, proc_start: int) -> bool:
-    """Record a task's process; False when the task is no longer bound (stop it)."""
-    placement = placement_of(session, workload, task)
+def bound_rows(session: Session, names: Collection[str]) -> dict[str, WorkloadRow]:
+    """The rows of the named workloads, by name, with their placements (and their nodes)
+    and task groups loaded: three selects however many workloads (a batch of reports)."""
+    if not names:
+        return {}
+    rows = session.scalars(
+        select(WorkloadRow)
+        .where(WorkloadRow.name.in_(names))
+        .options(
+            selectinload(WorkloadRow.task_groups),
+            selectinload(WorkloadRow.placements).selectinload(PlacementRow.node),
+        )
+    ).all()
+    return {row.name: row for row in rows}
+
+
+def placement_in(row: WorkloadRow | None, task: int) -> PlacementRow | None:
+    """The placement of the task of `row`, or None when it is not bound."""
+    if row is None:
+        return None
+    return next((p for p in row.placements if p.task == task), None)
+
+
+def task_started(
+    session: Session,
+    workload: str,
+    task: int,
+    pid: int,
+    proc_start: int,
+    rows: Mapping[str, WorkloadRow] | None = None,
+) -> bool:
+    """Record a task's process; False when the task is no longer bound (stop it).
+    `rows`: the workload's row as `bound_rows` gives it, when the caller read it."""
+    rows = bound_rows(session, (workload,)) if rows is None else rows
+    placement = placement_in(rows.get(workload), task)
     if placement is None:
         return False
     placement.state = "running"
@@ -125,10 +157,13 @@ def task_ended(
     exit_code: int | None,
     reason: str,
     attempt: int | None = None,
+    rows: Mapping[str, WorkloadRow] | None = None,
 ) -> list[Release]:
-    """A task's process ended (see `Store.task_ended`). Returns the sibling tasks to stop."""
-    placement = placement_of(session, workload, task)
-    row = session.scalar(select(WorkloadRow).where(WorkloadRow.name == workload))
+    """A task's process ended (see `Store.task_ended`). Returns the sibling tasks to stop.
+    `rows` as for `task_started`."""
+    rows = bound_rows(session, (workload,)) if rows is None else rows
+    row = rows.get(workload)
+    placement = placement_in(row, task)
     if placement is None or row is None:
         return []
     if attempt is not None and attempt != row.attempts:
@@ -195,12 +230,3 @@ def releases(row: WorkloadRow, tasks: set[int], reason: str) -> list[Release]:
         Release(row.name, node, tuple(sorted(numbers)), reason)
         for node, numbers in sorted(by_node.items())
     ]
-
-
-def placement_of(session: Session, workload: str, task: int) -> PlacementRow | None:
-    """The placement of the workload's task, or None when it is not bound."""
-    return session.scalar(
-        select(PlacementRow)
-        .join(WorkloadRow, PlacementRow.workload_id == WorkloadRow.id)
-        .where(WorkloadRow.name == workload, PlacementRow.task == task)
-    )

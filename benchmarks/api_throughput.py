@@ -102,7 +102,10 @@ def corral_server(db: str | None) -> Iterator[Server]:
         if db:
             args += ["--db", db]
         with open(log, "wb") as handle:
-            process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT)
+            # Every client shares the admin's token: its write limit (200/s by default)
+            # would measure itself, not the server.
+            env = {**os.environ, "CORRAL_WRITE_RATE": "0"}
+            process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=env)
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60

@@ -22,6 +22,7 @@ import argparse
 import heapq
 import itertools
 import json
+import os
 import random
 import socket
 import statistics
@@ -39,7 +40,6 @@ from corral.messages import Reports, TaskLaunch, TaskStop
 from corral.model import GIB, Node
 from corral.model.spec import Device, NodeSpec
 from corral.server.app import create_app
-from corral.server.dispatch import Dispatcher
 from corral.server.main import open_store, switch_interval
 from corral.store import Store
 
@@ -184,6 +184,8 @@ def main() -> None:
     names = register(store, args.nodes)
     print(f"{args.nodes} nodes registered in {time.perf_counter() - started:.1f} s", flush=True)
     double = AgentDouble(names)
+    # One token submits everything: the per-token write limit would measure itself.
+    os.environ.setdefault("CORRAL_WRITE_RATE", "0")
     app = create_app(store, cluster=double, data_dir=data_dir)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
@@ -198,7 +200,7 @@ def main() -> None:
     with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
         client.post("/queues", json={"name": "bench", "deserved": total_gpus}).raise_for_status()
 
-    loop = app.state.loop
+    loop = app.state.background.loop
     cycles: list[float] = []
     passes: list[float] = []
     done = threading.Event()
@@ -211,8 +213,10 @@ def main() -> None:
                 cycles.append(loop.last_seconds)
 
     def time_reconciler() -> None:
-        # The reconciler's own code, on the server's store and cluster, while work runs.
-        reconciler = Dispatcher(store, double, data_dir, lambda: None)
+        # The server's own reconciler (beside its monitor's passes), while work runs: it
+        # writes the reports received before it reads what the store binds.
+        reconciler = app.state.background.dispatcher
+        assert reconciler is not None
         while not done.wait(2.0):
             begin = time.perf_counter()
             reconciler.reconcile()

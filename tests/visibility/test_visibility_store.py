@@ -19,6 +19,7 @@ from corral.model.durations import format_duration
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Invalid, Store
 from corral.store.database import MIGRATIONS
+from corral.store.reports import Ended
 from corral.store.rules import (
     enforce_rules,
     normalize_rules,
@@ -148,8 +149,9 @@ def test_the_end_of_a_shrunk_task_does_not_end_the_same_task_grown_again(store: 
     [new] = [t for w in store.bound_work(names={"elastic"}) for t in w.tasks if t.task == 1]
     attempt = store.get_workload("elastic").attempts
     assert new.launch != old.launch
-    ended = store.task_ended("elastic", 1, 143, "preempted: reclaim for other", attempt, old.launch)
-    assert ended == []
+    # As the dispatcher writes agents' reports: in a batch.
+    stale = Ended("n1", "elastic", 1, 143, "preempted: reclaim for other", attempt, old.launch)
+    assert store.write_reports([stale]).releases == []
     record = store.get_workload("elastic")
     assert (record.status, record.reason, sorted(p.task for p in record.placements)) == (
         "running",

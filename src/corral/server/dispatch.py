@@ -23,8 +23,10 @@ from corral.messages import TaskLaunch, TaskStop
 from corral.model import DEFAULT_GRACE_PERIOD, Placement
 from corral.model.telemetry import Sample
 from corral.server.accounts import unix_users
+from corral.server.reports import ReportWriter
 from corral.store import NotFound, Store
-from corral.store.records import BoundWork, NodeRecord, Release
+from corral.store.records import BoundWork, NodeState, Release
+from corral.store.reports import Beat, Ended, Outcome, Started
 from corral.store.telemetry import record_samples
 
 log = logging.getLogger("corral.dispatch")
@@ -152,22 +154,17 @@ class Dispatcher:
         self._ports_lock = threading.Lock()
         # Jobs the monitor runs after each reconciliation (telemetry rollups, rules).
         self.upkeep: list[Callable[[], None]] = []
+        self.reports = ReportWriter(store, self._reported)
 
     # -- after a cycle, a deletion or a suspension ---------------------------------------
 
     def launches(
-        self,
-        work: BoundWork,
-        node: str | None,
-        accounts: Mapping[str, str | None],
-        with_secrets: bool = True,
+        self, work: BoundWork, node: str | None, accounts: Mapping[str, str | None]
     ) -> list[TaskLaunch]:
         """The launches of a bound workload (on `node` only, when given); `accounts` as
         `unix_users` gives them, read once by the caller for all its workloads. Its secrets
-        are decrypted only here, at the last moment, and never logged
-        (`with_secrets=False`: left out, for launches that are only compared with what
-        runs)."""
-        secrets = self.store.secret_env(work.workload.spec) if with_secrets else None
+        are decrypted only here, at the last moment, and never logged."""
+        secrets = self.store.secret_env(work.workload.spec)
         return launches(work, node, self.rendezvous, accounts, secrets)
 
     def rendezvous(self, workload: str, attempt: int, node: str) -> tuple[str, int]:
@@ -230,9 +227,10 @@ class Dispatcher:
 
     # -- what agents report (corral.cluster.Reports) -------------------------------------
 
+    # Queued, and written many in one transaction (see corral.server.reports).
+
     def task_started(self, node: str, workload: str, task: int, pid: int, proc_start: int) -> None:
-        if not self.store.task_started(workload, task, pid, proc_start):
-            self.cluster.stop([TaskStop(workload, node, (task,), "no longer bound", 0.0)])
+        self.reports.put(Started(node, workload, task, pid, proc_start))
 
     def task_ended(
         self,
@@ -244,41 +242,42 @@ class Dispatcher:
         attempt: int | None = None,
         launch: int | None = None,
     ) -> None:
-        if not self._bound_to(workload, task, node):
-            # The end of a task stopped on a node it has left (moved by consolidation,
-            # requeued when its node was lost): the task bound elsewhere is not ended.
-            return
-        self.release(self.store.task_ended(workload, task, exit_code, reason, attempt, launch))
-        self.wake_scheduler()
-
-    def _bound_to(self, workload: str, task: int, node: str) -> bool:
-        """False when the store binds the task to another node (True when not bound at
-        all: the store then decides that the report changes nothing)."""
-        try:
-            record = self.store.get_workload(workload)
-        except NotFound:
-            return True
-        nodes = {p.node for p in record.placements if p.task == task}
-        return not nodes or node in nodes
+        self.reports.put(Ended(node, workload, task, exit_code, reason, attempt, launch))
 
     def heartbeat(self, node: str) -> None:
-        self.store.heartbeat(node)
+        self.reports.put(Beat(node))
+
+    def _reported(self, outcome: Outcome) -> None:
+        """After a batch of reports is written: stop what runs unbound and the rest of
+        failed gangs, and wake the scheduler for the work that ended."""
+        if outcome.unbound:
+            self.cluster.stop(
+                [
+                    TaskStop(r.workload, r.node, (r.task,), "no longer bound", 0.0)
+                    for r in outcome.unbound
+                ]
+            )
+        self.release(outcome.releases)
+        if outcome.ended or outcome.revived:
+            self.wake_scheduler()
 
     def samples(self, node: str, samples: list[Sample]) -> None:
         record_samples(self.store, samples)
 
     # -- reconciling -------------------------------------------------------------------
 
-    def reconcile(self, nodes: list[NodeRecord] | None = None) -> None:
+    def reconcile(self, nodes: list[NodeState] | None = None) -> None:
         """Make every node's agent run exactly what the store binds to it (`nodes`: the
         store's nodes, when the caller has just read them)."""
         # What the agents run first, then what the store binds: a task bound and started
         # in between is then missing (started again, which changes nothing), never extra.
         agents = {}
-        for record in self.store.list_nodes() if nodes is None else nodes:
-            running = self.cluster.running(record.node.name)
+        for record in self.store.node_states() if nodes is None else nodes:
+            running = self.cluster.running(record.name)
             if running is not None:
-                agents[record.node.name] = running
+                agents[record.name] = running
+        # Reports sent before those answers are in the store before it is read.
+        self.reports.flush()
         # All bound work in one read, grouped by node: reading it node by node cost a read
         # of every running workload per node (1,000 nodes: minutes per pass).
         by_node: dict[str, list[BoundWork]] = {}
@@ -290,9 +289,15 @@ class Dispatcher:
             keys: set[tuple[str, int]] = set()
             missing: list[TaskLaunch] = []
             for work in by_node.get(node, []):
-                wanted = self.launches(work, node, accounts, with_secrets=False)
-                keys.update(launch.key for launch in wanted)
-                if any(launch.key not in running for launch in wanted):
+                # The keys of the launches the node should run, without building them:
+                # most of the work runs already.
+                wanted = {
+                    (work.workload.name, task.task)
+                    for task in work.tasks
+                    if task.node == node and task.state != "exited"
+                }
+                keys.update(wanted)
+                if not wanted <= running:
                     # Decrypt secrets only for the work that must be started.
                     missing.extend(
                         launch
@@ -318,25 +323,25 @@ class Dispatcher:
                     ]
                 )
 
-    def expire(self, nodes: list[NodeRecord] | None = None) -> list[str]:
+    def expire(self, nodes: list[NodeState] | None = None) -> list[str]:
         """Mark nodes that stopped answering lost; their workloads go back to pending, and
         the tasks a requeued gang still has on other nodes are stopped before the
         scheduler may place it again (else a task of the old attempt could be taken for
         the new one where both land on the same node)."""
         limit = time.time() - self.node_timeout
         stale = {
-            record.node.name
-            for record in (self.store.list_nodes() if nodes is None else nodes)
+            record.name
+            for record in (self.store.node_states() if nodes is None else nodes)
             if record.state == "ready" and (record.heartbeat_at or 0.0) < limit
         }
         if not stale:
             return []
-        before = [w for node in sorted(stale) for w in self.store.bound_work(node=node)]
+        before = self.store.bound_work(nodes=stale)
         lost = self.store.expire_nodes(self.node_timeout)
         if not lost:
             return lost
         stops: list[TaskStop] = []
-        for work in {w.workload.name: w for w in before}.values():
+        for work in before:
             if not any(t.node in lost for t in work.tasks):
                 continue
             others: dict[str, list[int]] = {}
@@ -359,17 +364,21 @@ class Dispatcher:
         self._thread.start()
 
     def stop_monitor(self) -> None:
+        """Stop the monitor, and write the reports still queued."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self.reports.stop()
 
     def _monitor(self) -> None:
         while not self._stop.wait(self.reconcile_interval):
             try:
-                # One read of the nodes for both: at 1,000 nodes it takes seconds.
-                nodes = self.store.list_nodes()
+                # Heartbeats already received count before nodes are judged.
+                self.reports.flush()
+                # One read of the nodes for both.
+                nodes = self.store.node_states()
                 if self.expire(nodes):
-                    nodes = self.store.list_nodes()
+                    nodes = self.store.node_states()
                 self.reconcile(nodes)
             except Exception:
                 log.exception("reconciling failed")

@@ -6,10 +6,12 @@ a quota change; wake-ups that arrive while a cycle runs are coalesced into the n
 The loop keeps the snapshot its last cycle left behind (the one it read, with its own
 decisions applied). While the store's generation shows no other change that a cycle
 depends on, the next snapshot is that one plus the workloads submitted since, read by id:
-a burst of submissions costs each cycle the new work, not all the work in the store. Any
-other change, and every `FULL_SNAPSHOT_SECONDS` in any case, reads the whole snapshot
-again. The engine likewise keeps the state of running work between cycles
-(`engine.Scheduler`), so a cycle loads only the work that started, stopped or changed.
+a burst of submissions costs each cycle the new work, not all the work in the store.
+Changes that name the only workloads they touched (task ends, see
+`Database.changed_since`) cost it those workloads, read again. Any other change, and
+every `FULL_SNAPSHOT_SECONDS` in any case, reads the whole snapshot again. The engine
+likewise keeps the state of running work between cycles (`engine.Scheduler`), so a
+cycle loads only the work that started, stopped or changed.
 With `CORRAL_VERIFY_SNAPSHOTS=1` in the environment (the tests set it) every incremental
 snapshot is compared with a full read and every cycle's decisions with a fresh
 `engine.schedule()`, and a difference fails the cycle.
@@ -146,15 +148,25 @@ class SchedulerLoop:
         submitted since, or a full read. Returns it, the newest workload id in it, and
         when its full read was made."""
         kept = self._kept
-        if (
-            kept is not None
-            and kept.generation == generation
-            and time.monotonic() - kept.read_at < FULL_SNAPSHOT_SECONDS
-        ):
+        changed = (
+            self.store.changed_since(kept.generation, generation)
+            if kept is not None and time.monotonic() - kept.read_at < FULL_SNAPSHOT_SECONDS
+            else None
+        )
+        if kept is not None and changed is not None:
+            workloads = kept.snapshot.workloads
+            if changed:
+                # Only these workloads changed since (task ends): read again, in their
+                # places by age.
+                fresh = self.store.named_workloads(changed, kept.newest)
+                workloads = tuple(
+                    sorted(
+                        [w for w in workloads if w.name not in changed] + list(fresh),
+                        key=lambda w: w.submitted,
+                    )
+                )
             new, newest = self.store.new_workloads(kept.newest)
-            snapshot = Snapshot(
-                kept.snapshot.nodes, kept.snapshot.queues, kept.snapshot.workloads + new
-            )
+            snapshot = Snapshot(kept.snapshot.nodes, kept.snapshot.queues, workloads + new)
             if self.verify:
                 self._check(snapshot, generation, newest)
             return snapshot, newest, kept.read_at

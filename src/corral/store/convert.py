@@ -146,14 +146,24 @@ def workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> dict[str, A
 
 def workload_spec(row: WorkloadRow, project: str) -> WorkloadSpec:
     """The spec a workload row was submitted with."""
+    return spec_of(
+        row,
+        project,
+        tuple(
+            TaskGroup(g.name, g.replicas, g.gpu, g.gpu_memory, g.cpu, g.memory)
+            for g in row.task_groups
+        ),
+    )
+
+
+def spec_of(row: Any, project: str, task_groups: tuple[TaskGroup, ...]) -> WorkloadSpec:
+    """The spec of a workload's columns (an ORM row, or a plain row of a select of every
+    column of `workloads`), with its task groups."""
     return WorkloadSpec(
         name=row.name,
         project=project,
         user=row.user,
-        task_groups=tuple(
-            TaskGroup(g.name, g.replicas, g.gpu, g.gpu_memory, g.cpu, g.memory)
-            for g in row.task_groups
-        ),
+        task_groups=task_groups,
         priority=row.priority,
         preemptible=row.preemptible,
         min_available=row.min_available,

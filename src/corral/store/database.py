@@ -9,7 +9,7 @@ scheduler loop and API requests never interleave half-done changes. `read`, `wri
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# How many generations remember which workloads their change touched (`changed_since`).
+JOURNAL = 4096
 
 
 def database_url(data_dir: Path | None, url: str | None) -> str:
@@ -52,6 +54,9 @@ class Database:
         self._write_lock = threading.RLock()
         # Counts committed changes that scheduling depends on (see `write`).
         self.generation = 0
+        # Generation -> the only workloads its change touched, or None when it may have
+        # touched anything (see `changed_since`).
+        self._journal: dict[int, frozenset[str] | None] = {}
         self.migrate()
 
     def migrate(self) -> None:
@@ -73,15 +78,42 @@ class Database:
             yield
 
     @contextmanager
-    def write(self, relevant: bool = True) -> Iterator[Session]:
+    def write(
+        self, relevant: bool = True, touched: Collection[str] | None = None
+    ) -> Iterator[Session]:
         """One transaction under the write lock. A `relevant` change (the default) is one
         that can make a scheduling cycle computed before it wrong: it bumps `generation`
-        once committed."""
+        once committed. `touched`: the names of the only workloads the change can alter
+        (no node, queue or other workload), which lets the scheduler re-read just those."""
         with self._write_lock:
             with self.sessions.begin() as session:
                 yield session
             if relevant:
-                self.generation += 1
+                self.bump(touched)
+
+    def bump(self, touched: Collection[str] | None = None) -> None:
+        """Count a committed relevant change; call it under the write lock. `touched` as
+        for `write`; None: the change may have altered anything."""
+        generation = self.generation + 1
+        # Journaled before the generation moves: a reader that sees the new generation
+        # finds its entry (or none, which reads as "anything").
+        self._journal[generation] = None if touched is None else frozenset(touched)
+        self._journal.pop(generation - JOURNAL, None)
+        self.generation = generation
+
+    def changed_since(self, then: int, now: int) -> frozenset[str] | None:
+        """The workloads the relevant changes after generation `then` up to `now` touched,
+        when every one of them named its workloads; None when any may have altered more
+        (or is too old to be remembered)."""
+        if now - then >= JOURNAL or now < then:
+            return None
+        names: set[str] = set()
+        for generation in range(then + 1, now + 1):
+            touched = self._journal.get(generation)
+            if touched is None:
+                return None
+            names |= touched
+        return frozenset(names)
 
     @contextmanager
     def read(self) -> Iterator[Session]:

@@ -22,6 +22,7 @@ import corral.store.events as events
 import corral.store.idempotency as idempotency
 import corral.store.nodes as nodes
 import corral.store.queues as queues
+import corral.store.reports as reports
 import corral.store.scheduling as scheduling
 import corral.store.secrets as secrets
 import corral.store.summaries as summaries
@@ -39,6 +40,7 @@ from corral.store.records import (
     ClusterCounts,
     EventRecord,
     NodeRecord,
+    NodeState,
     QueueRecord,
     Release,
     TokenRecord,
@@ -149,6 +151,11 @@ class Store(Database):
         """Every node, by name."""
         with self.read() as session:
             return nodes.list_nodes(session)
+
+    def node_states(self) -> list[NodeState]:
+        """Every node's name, state and last heartbeat, by name (one small select)."""
+        with self.read() as session:
+            return nodes.node_states(session)
 
     # -- workloads -----------------------------------------------------------------------
 
@@ -294,6 +301,13 @@ class Store(Database):
         with self.read() as session:
             return scheduling.new_workloads(session, after)
 
+    def named_workloads(self, names: Collection[str], up_to: int) -> tuple[Workload, ...]:
+        """The active workloads among `names` with an id up to `up_to`, as the engine
+        reads them (not idle), by id: those changed since a snapshot that read up to
+        `up_to` (see `Database.changed_since`)."""
+        with self.read() as session:
+            return scheduling.named_workloads(session, names, up_to)
+
     def apply(self, decisions: Decisions) -> list[Release]:
         """Write one cycle's decisions in one transaction: evictions, bindings, reasons.
 
@@ -303,11 +317,13 @@ class Store(Database):
 
     # -- tasks and agents ----------------------------------------------------------------
 
-    def bound_work(self, node: str | None = None, names: set[str] | None = None) -> list[BoundWork]:
-        """Running workloads with their bound tasks: those with a task on `node`, or those
-        named, or all."""
+    def bound_work(
+        self, nodes: Collection[str] | None = None, names: Collection[str] | None = None
+    ) -> list[BoundWork]:
+        """Running workloads with their bound tasks: those with a task on one of `nodes`,
+        or those named, or all."""
         with self.read() as session:
-            return tasks.bound_work(session, node, names)
+            return tasks.bound_work(session, nodes, names)
 
     def task_started(self, workload: str, task: int, pid: int, proc_start: int) -> bool:
         """Record a task's process; False when the task is no longer bound (stop it)."""
@@ -332,15 +348,31 @@ class Store(Database):
         stops the rest of the gang and sends the workload back to pending, or to failed
         once its retries are used up.
         Returns the sibling tasks to stop."""
-        with self.write() as session:
+        # It changes this workload alone: the scheduler re-reads only it.
+        with self.write(touched=(workload,)) as session:
             return tasks.task_ended(session, workload, task, exit_code, reason, attempt, launch)
+
+    def write_reports(self, batch: Sequence[reports.Report]) -> reports.Outcome:
+        """Take in agents' reports, in order, in one transaction: each as `task_started`,
+        `task_ended` (only when the task is bound to the reporting node, or not bound at
+        all) and `heartbeat` would."""
+        with self.writing():
+            with self.write(relevant=False) as session:
+                outcome = reports.write_reports(session, batch)
+            if outcome.revived:
+                self.bump()
+            elif outcome.ended:
+                # Task ends change their own workloads alone: the scheduler re-reads those.
+                self.bump(outcome.ended)
+        return outcome
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive; an unavailable node becomes ready again."""
         with self.write(relevant=False) as session:
             revived = nodes.heartbeat(session, node)
         if revived:
-            self.generation += 1
+            with self.writing():
+                self.bump()
 
     def expire_nodes(self, timeout: float) -> list[str]:
         """Mark nodes whose agent has not been heard from for `timeout` seconds unavailable,

@@ -77,6 +77,15 @@ class ClusterCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeState:
+    """What the monitor reads of a node every pass: whether its agent is heard from."""
+
+    name: str
+    state: str
+    heartbeat_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class EventRecord:
     id: int
     time: float

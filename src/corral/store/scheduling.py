@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, select, update
+from sqlalchemy import and_, bindparam, case, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Decisions, Node, Placement, Snapshot, TaskGroup, Topology, Workload
@@ -88,17 +89,27 @@ def new_workloads(session: Session, after: int) -> tuple[tuple[Workload, ...], i
     return active_workloads(session, names, node_names, set(), after)
 
 
+def named_workloads(session: Session, names: Collection[str], up_to: int) -> tuple[Workload, ...]:
+    """The active workloads among `names` with an id up to `up_to`, by id."""
+    queues = dict(session.execute(select(QueueRow.id, QueueRow.name)).all())
+    node_names = dict(session.execute(select(NodeRow.id, NodeRow.name)).all())
+    where = (WorkloadRow.name.in_(names), WorkloadRow.id <= up_to)
+    return active_workloads(session, queues, node_names, set(), 0, where)[0]
+
+
 def active_workloads(
     session: Session,
     queues: dict[int, str],
     nodes: dict[int, str],
     idle: set[str],
     after: int,
+    where: tuple[Any, ...] = (),
 ) -> tuple[tuple[Workload, ...], int]:
-    """Pending and running workloads with an id above `after`, as the engine reads them,
-    and the newest id among them (`after` when there is none). Plain rows, not ORM
-    objects, and only the columns the engine reads: this runs every cycle."""
-    active = WorkloadRow.status.in_(ACTIVE)
+    """Pending and running workloads with an id above `after` (and that pass `where`), as
+    the engine reads them, and the newest id among them (`after` when there is none).
+    Plain rows, not ORM objects, and only the columns the engine reads: this runs every
+    cycle."""
+    active = and_(WorkloadRow.status.in_(ACTIVE), *where)
     rows = session.execute(
         select(
             WorkloadRow.id,

@@ -3,58 +3,138 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from corral.store.convert import workload_record
+from corral.model import Placement, TaskGroup
+from corral.store.convert import spec_of
 from corral.store.events import add_event
-from corral.store.records import BoundWork, Release, TaskState
-from corral.store.schema import NodeRow, PlacementRow, WorkloadRow
+from corral.store.records import BoundWork, Release, TaskState, WorkloadRecord
+from corral.store.schema import NodeRow, PlacementRow, QueueRow, TaskGroupRow, WorkloadRow
+from corral.store.workloads import WORKLOADS
 
 
-def bound_work(session: Session, node: str | None, names: set[str] | None) -> list[BoundWork]:
-    """Running workloads with their bound tasks: those with a task on `node`, or those
-    named, or all."""
-    query = (
-        select(WorkloadRow)
-        .where(WorkloadRow.status == "running")
-        .options(
-            selectinload(WorkloadRow.task_groups),
-            selectinload(WorkloadRow.placements)
-            .selectinload(PlacementRow.node)
-            .selectinload(NodeRow.devices),
-        )
-        .order_by(WorkloadRow.id)
-    )
+def bound_work(
+    session: Session, nodes: Collection[str] | None, names: Collection[str] | None
+) -> list[BoundWork]:
+    """Running workloads with their bound tasks: those with a task on one of `nodes`, or
+    those named, or all."""
+    # Plain rows of one select per table, not ORM object graphs: the reconciler reads
+    # every running workload every pass (20,000 at 1,000 nodes).
+    conditions: list[Any] = [WorkloadRow.status == "running"]
     if names is not None:
-        query = query.where(WorkloadRow.name.in_(names))
-    work = []
-    for row in session.scalars(query).all():
-        if node is not None and not any(p.node.name == node for p in row.placements):
-            continue
-        tasks = tuple(
-            TaskState(
-                task=p.task,
-                node=p.node.name,
-                address=p.node.address,
-                devices=tuple(p.devices),
-                gpu=p.gpu,
-                device_memory=p.node.gpu_memory,
-                state=p.state,
-                pid=p.pid,
-                proc_start=p.proc_start,
-                launch=p.launch,
+        conditions.append(WorkloadRow.name.in_(names))
+    if nodes is not None:
+        conditions.append(
+            WorkloadRow.id.in_(
+                select(PlacementRow.workload_id)
+                .join(NodeRow, PlacementRow.node_id == NodeRow.id)
+                .where(NodeRow.name.in_(nodes))
             )
-            for p in row.placements
         )
-        work.append(BoundWork(workload_record(row, row.queue.name), tasks))
+    rows = session.execute(
+        select(WORKLOADS, QueueRow.name.label("project"))
+        .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
+        .where(*conditions)
+        .order_by(WorkloadRow.id)
+    ).all()
+    if not rows:
+        return []
+    groups: dict[int, list[TaskGroup]] = {}
+    for g in session.execute(
+        select(
+            TaskGroupRow.workload_id,
+            TaskGroupRow.name,
+            TaskGroupRow.replicas,
+            TaskGroupRow.gpu,
+            TaskGroupRow.gpu_memory,
+            TaskGroupRow.cpu,
+            TaskGroupRow.memory,
+        )
+        .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
+        .where(*conditions)
+        .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
+    ):
+        groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
+    placed: dict[int, list[TaskState]] = {}
+    for p in session.execute(
+        select(
+            PlacementRow.workload_id,
+            PlacementRow.task,
+            NodeRow.name,
+            NodeRow.address,
+            PlacementRow.devices,
+            PlacementRow.gpu,
+            NodeRow.gpu_memory,
+            PlacementRow.state,
+            PlacementRow.pid,
+            PlacementRow.proc_start,
+            PlacementRow.launch,
+        )
+        .join(NodeRow, PlacementRow.node_id == NodeRow.id)
+        .join(WorkloadRow, PlacementRow.workload_id == WorkloadRow.id)
+        .where(*conditions)
+        .order_by(PlacementRow.workload_id, PlacementRow.task)
+    ):
+        placed.setdefault(p[0], []).append(
+            TaskState(p[1], p[2], p[3], tuple(p[4]), p[5], p[6], p[7], p[8], p[9], p[10])
+        )
+    work = []
+    for row in rows:
+        tasks = tuple(placed.get(row.id, ()))
+        record = WorkloadRecord(
+            id=row.id,
+            spec=spec_of(row, row.project, tuple(groups.get(row.id, ()))),
+            status=row.status,
+            reason=row.reason,
+            attempts=row.attempts,
+            created_at=row.created_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            placements=tuple(Placement(t.task, t.node, t.devices, t.gpu) for t in tasks),
+        )
+        work.append(BoundWork(record, tasks))
     return work
 
 
-def task_started(session: Session, workload: str, task: int, pid: int, proc_start: int) -> bool:
-    """Record a task's process; False when the task is no longer bound (stop it)."""
-    placement = _placement(session, workload, task)
+def bound_rows(session: Session, names: Collection[str]) -> dict[str, WorkloadRow]:
+    """The rows of the named workloads, by name, with their placements (and their nodes)
+    and task groups loaded: three selects however many workloads (a batch of reports)."""
+    if not names:
+        return {}
+    rows = session.scalars(
+        select(WorkloadRow)
+        .where(WorkloadRow.name.in_(names))
+        .options(
+            selectinload(WorkloadRow.task_groups),
+            selectinload(WorkloadRow.placements).selectinload(PlacementRow.node),
+        )
+    ).all()
+    return {row.name: row for row in rows}
+
+
+def placement_in(row: WorkloadRow | None, task: int) -> PlacementRow | None:
+    """The placement of the task of `row`, or None when it is not bound."""
+    if row is None:
+        return None
+    return next((p for p in row.placements if p.task == task), None)
+
+
+def task_started(
+    session: Session,
+    workload: str,
+    task: int,
+    pid: int,
+    proc_start: int,
+    rows: Mapping[str, WorkloadRow] | None = None,
+) -> bool:
+    """Record a task's process; False when the task is no longer bound (stop it).
+    `rows`: the workload's row as `bound_rows` gives it, when the caller read it."""
+    rows = bound_rows(session, (workload,)) if rows is None else rows
+    placement = placement_in(rows.get(workload), task)
     if placement is None:
         return False
     placement.state = "running"
@@ -79,10 +159,13 @@ def task_ended(
     reason: str,
     attempt: int | None = None,
     launch: int | None = None,
+    rows: Mapping[str, WorkloadRow] | None = None,
 ) -> list[Release]:
-    """A task's process ended (see `Store.task_ended`). Returns the sibling tasks to stop."""
-    placement = _placement(session, workload, task)
-    row = session.scalar(select(WorkloadRow).where(WorkloadRow.name == workload))
+    """A task's process ended (see `Store.task_ended`). Returns the sibling tasks to stop.
+    `rows` as for `task_started`."""
+    rows = bound_rows(session, (workload,)) if rows is None else rows
+    row = rows.get(workload)
+    placement = placement_in(row, task)
     if placement is None or row is None:
         return []
     if attempt is not None and attempt != row.attempts:
@@ -153,11 +236,3 @@ def releases(row: WorkloadRow, tasks: set[int], reason: str) -> list[Release]:
         Release(row.name, node, tuple(sorted(numbers)), reason)
         for node, numbers in sorted(by_node.items())
     ]
-
-
-def _placement(session: Session, workload: str, task: int) -> PlacementRow | None:
-    return session.scalar(
-        select(PlacementRow)
-        .join(WorkloadRow, PlacementRow.workload_id == WorkloadRow.id)
-        .where(WorkloadRow.name == workload, PlacementRow.task == task)
-    )

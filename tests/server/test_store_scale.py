@@ -1,0 +1,237 @@
+"""The reads and writes the control plane makes at cluster scale, and what they must keep:
+every node and all bound work in a few plain selects (the same records as the reads of
+one node or one workload give), agents' reports many to a transaction (in order, each as
+it would be alone), and a scheduler that re-reads only the workloads whose tasks ended.
+
+Each runs against a real store in this process, on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.messages import Reports, TaskLaunch, TaskStop
+from corral.model import Decisions, Node, Placement, Queue, Resources, TaskGroup
+from corral.model.spec import Device, NodeSpec, WorkloadSpec
+from corral.server.dispatch import Dispatcher
+from corral.server.reports import ReportWriter
+from corral.server.scheduler import SchedulerLoop
+from corral.store import Store
+from corral.store.records import NodeState
+from corral.store.reports import Beat, Ended, Outcome, Started
+
+
+def spec(name: str, replicas: int = 1, gpu: float = 1.0, **extra: Any) -> WorkloadSpec:
+    return WorkloadSpec(
+        name=name,
+        project="team",
+        user="alice",
+        task_groups=(TaskGroup("main", replicas, gpu),),
+        command=("true",),
+        **extra,
+    )
+
+
+def node(name: str, gpus: int = 4, **labels: str) -> NodeSpec:
+    return NodeSpec(
+        Node(name, gpus=gpus, labels=labels),
+        tuple(Device(i, f"{name}-{i}", "virtual", 80 << 30, True) for i in range(gpus)),
+        virtual=True,
+    )
+
+
+def bound(store: Store) -> Store:
+    """Three nodes; a gang across two of them, a half-GPU task, a task of its own, and a
+    pending workload."""
+    store.create_queue(Queue("team", deserved=Resources(gpu=12)))
+    for index in range(3):
+        store.register_node(node(f"n{index}", rack=f"r{index % 2}"))
+    store.submit(spec("gang", replicas=2, gpu=4.0, env={"A": "1"}))
+    store.submit(spec("half", gpu=0.5, max_runtime=60.0))
+    store.submit(spec("single", gpu=2.0))
+    store.submit(spec("waiting", gpu=4.0))
+    store.apply(
+        Decisions(
+            {
+                "gang": (
+                    Placement(0, "n0", (0, 1, 2, 3), 4.0),
+                    Placement(1, "n1", (0, 1, 2, 3), 4.0),
+                ),
+                "half": (Placement(0, "n2", (0,), 0.5),),
+                "single": (Placement(0, "n2", (2, 3), 2.0),),
+            },
+            (),
+            {},
+            {},
+        )
+    )
+    assert store.task_started("gang", 1, 4242, 99)
+    return store
+
+
+def test_every_node_read_at_once_is_each_node_read_alone(store: Store) -> None:
+    bound(store)
+    listed = store.list_nodes()
+    assert [record.node.name for record in listed] == ["n0", "n1", "n2"]
+    assert listed == [store.get_node(record.node.name) for record in listed]
+    assert store.node_states() == [NodeState(r.node.name, r.state, r.heartbeat_at) for r in listed]
+    n2 = listed[2]
+    assert [(t.workload, t.task, t.devices, t.gpu) for t in n2.tasks] == [
+        ("half", 0, (0,), 0.5),
+        ("single", 0, (2, 3), 2.0),
+    ]
+    assert n2.node.labels == {"rack": "r0"} and len(n2.devices) == 4
+
+
+def test_all_bound_work_read_at_once_is_each_workload_read_alone(store: Store) -> None:
+    bound(store)
+    work = store.bound_work()
+    assert [w.workload.name for w in work] == ["gang", "half", "single"]
+    for item in work:
+        assert item.workload == store.get_workload(item.workload.name)
+    gang = work[0]
+    assert [(t.task, t.node, t.devices, t.state, t.pid) for t in gang.tasks] == [
+        (0, "n0", (0, 1, 2, 3), "bound", None),
+        (1, "n1", (0, 1, 2, 3), "running", 4242),
+    ]
+    assert gang.tasks[0].device_memory == 80 << 30 and gang.workload.spec.env == {"A": "1"}
+    # By node (a gang once, whichever of its nodes are named) and by name.
+    assert [w.workload.name for w in store.bound_work(nodes={"n1"})] == ["gang"]
+    assert [w.workload.name for w in store.bound_work(nodes={"n0", "n1"})] == ["gang"]
+    assert [w.workload.name for w in store.bound_work(nodes={"n2"})] == ["half", "single"]
+    assert store.bound_work(nodes=set()) == []
+    assert [w.workload.name for w in store.bound_work(names={"single", "waiting"})] == ["single"]
+
+
+def test_reports_are_written_in_order_in_one_transaction(store: Store) -> None:
+    bound(store)
+    before = store.generation
+    outcome = store.write_reports(
+        [
+            Started("n2", "half", 0, 100, 1),
+            Ended("n2", "half", 0, 0, "exited with code 0"),
+            # Not bound: its process must stop.
+            Started("n2", "waiting", 0, 101, 1),
+            # The end of a task reported by a node it is not bound to changes nothing.
+            Ended("n2", "gang", 0, 1, "exited with code 1"),
+            # A gang's task fails: the rest of it is released.
+            Ended("n1", "gang", 1, 1, "exited with code 1"),
+            Beat("n0"),
+        ]
+    )
+    assert outcome.unbound == [Started("n2", "waiting", 0, 101, 1)]
+    assert [(r.workload, r.node, r.tasks) for r in outcome.releases] == [("gang", "n0", (0,))]
+    assert outcome.ended == {"half", "gang"} and not outcome.revived
+    assert store.get_workload("half").status == "succeeded"
+    assert store.get_workload("gang").status == "failed"
+    assert store.get_workload("single").status == "running"
+    kinds = [e.kind for e in store.events(limit=6)]
+    assert kinds[-4:] == ["task-started", "task-exited", "succeeded", "failed"]
+    # One relevant change, which names the only workloads it touched.
+    assert store.generation == before + 1
+    assert store.changed_since(before, store.generation) == {"half", "gang"}
+    assert store.integrity_problems() == []
+
+
+def test_a_heartbeat_that_revives_a_node_may_change_anything(store: Store) -> None:
+    bound(store)
+    assert sorted(store.expire_nodes(-1.0)) == ["n0", "n1", "n2"]
+    before = store.generation
+    outcome = store.write_reports([Beat("n1")])
+    assert outcome.revived
+    assert store.get_node("n1").state == "ready"
+    assert store.changed_since(before, store.generation) is None
+    # Beats of ready nodes are not relevant changes.
+    store.write_reports([Beat("n1")])
+    assert store.generation == before + 1
+
+
+def test_the_journal_forgets_nothing_it_cannot_name(store: Store) -> None:
+    bound(store)
+    start = store.generation
+    store.task_ended("single", 0, 0, "exited with code 0")
+    assert store.changed_since(start, store.generation) == {"single"}
+    store.set_schedulable("n0", False)
+    assert store.changed_since(start, store.generation) is None
+    assert store.changed_since(store.generation, store.generation) == frozenset()
+    assert store.changed_since(store.generation, start) is None
+
+
+def test_the_writer_writes_every_report_and_flush_waits_for_them(store: Store) -> None:
+    bound(store)
+    outcomes: list[Outcome] = []
+    writer = ReportWriter(store, outcomes.append)
+    for number in range(300):
+        writer.put(Beat(f"n{number % 3}"))
+    writer.put(Ended("n2", "single", 0, 0, "exited with code 0"))
+    writer.flush()
+    assert store.get_workload("single").status == "succeeded"
+    assert any(o.ended == {"single"} for o in outcomes)
+    writer.stop()
+    # After stop, a report is written at once by its caller.
+    writer.put(Ended("n2", "half", 0, 0, "exited with code 0"))
+    assert store.get_workload("half").status == "succeeded"
+
+
+def test_a_report_the_store_refuses_loses_no_other(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound(store)
+    writer = ReportWriter(store, lambda _outcome: None)
+    real = store.write_reports
+
+    def refuse_gang(batch: Any) -> Outcome:
+        if any(getattr(report, "workload", None) == "gang" for report in batch):
+            raise RuntimeError("refused")
+        return real(batch)
+
+    monkeypatch.setattr(store, "write_reports", refuse_gang)
+    # Queued together while the writer cannot take them: one batch, then one by one.
+    with writer._changed:
+        writer.put(Ended("n0", "gang", 0, 0, "exited with code 0"))
+        writer.put(Ended("n2", "single", 0, 0, "exited with code 0"))
+    writer.flush()
+    writer.stop()
+    assert store.get_workload("single").status == "succeeded"
+    assert store.get_workload("gang").status == "running"
+
+
+def test_the_scheduler_reads_again_only_the_workloads_whose_tasks_ended(
+    store: Store, tmp_path: Path
+) -> None:
+    bound(store)
+    loop = SchedulerLoop(store)
+    loop.verify = True
+    loop.run_cycle()
+    assert loop.full_snapshots == 1
+    dispatcher = Dispatcher(store, _NoCluster(), tmp_path, loop.trigger)
+    dispatcher.task_ended("n2", "single", 0, 0, "exited with code 0")
+    dispatcher.task_ended("n1", "gang", 1, 1, "exited with code 1")
+    dispatcher.reports.flush()
+    # Checked against a full read (verify): the gang's 8 GPUs are free again.
+    decisions = loop.run_cycle()
+    assert loop.full_snapshots == 1
+    assert set(decisions.bindings) == {"waiting"}
+    dispatcher.reports.stop()
+
+
+class _NoCluster:
+    """A cluster with no agents: starts and stops are accepted and forgotten."""
+
+    def connect(self, reports: Reports) -> None:
+        pass
+
+    def start(self, launches: list[TaskLaunch]) -> None:
+        pass
+
+    def stop(self, stops: list[TaskStop]) -> None:
+        pass
+
+    def running(self, node: str) -> set[tuple[str, int]] | None:
+        return set()
+
+    def close(self) -> None:
+        pass

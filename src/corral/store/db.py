@@ -19,7 +19,9 @@ from sqlalchemy.orm import Session
 import corral.store.accounts as accounts
 import corral.store.audit as audit
 import corral.store.events as events
+import corral.store.history as history
 import corral.store.idempotency as idempotency
+import corral.store.lifecycle as lifecycle
 import corral.store.nodes as nodes
 import corral.store.queues as queues
 import corral.store.scheduling as scheduling
@@ -250,11 +252,12 @@ class Store(Database):
         status: str | None = None,
         user: str | None = None,
         projects: Collection[str] | None = None,
+        array: str | None = None,
     ) -> list[WorkloadRecord]:
-        """Workloads, oldest first, of one project, status or user when given, and only
-        of `projects` when given (what a member may read)."""
+        """Workloads, oldest first, of one project, status, user or array when given, and
+        only of `projects` when given (what a member may read)."""
         with self.read() as session:
-            return workloads.list_workloads(session, project, status, user, projects)
+            return workloads.list_workloads(session, project, status, user, projects, array=array)
 
     def delete_workload(self, name: str, cause: str) -> WorkloadRecord:
         """Delete a workload and free its devices. Returns what it was."""
@@ -270,6 +273,36 @@ class Store(Database):
         """Send a suspended workload back to pending."""
         with self.write() as session:
             return workloads.resume(session, name, cause)
+
+    def cancel(self, name: str, cause: str) -> tuple[list[WorkloadRecord], list[Release]]:
+        """Cancel a workload, or every unfinished member of the array `name`; see
+        `lifecycle.cancel`."""
+        with self.write() as session:
+            return lifecycle.cancel(session, name, cause)
+
+    def update_workload(self, name: str, changes: dict[str, Any], cause: str) -> WorkloadRecord:
+        """Change fields of a pending or suspended workload; see `lifecycle.MUTABLE`."""
+        with self.write() as session:
+            return lifecycle.update_workload(session, name, changes, cause)
+
+    def resolve_holds(self) -> list[str]:
+        """Release the workloads whose dependencies are met, and cancel or explain those
+        whose dependencies never will be (see `lifecycle.resolve_holds`). Only a change
+        moves the generation: a workload blocked for good costs a cycle nothing more."""
+        with self.read() as session:
+            if not lifecycle.any_held(session):
+                return []
+        with self.writing():
+            with self.write(relevant=False) as session:
+                changed = lifecycle.resolve_holds(session)
+            if changed:
+                self.generation += 1
+        return changed
+
+    def history(self, query: history.HistoryQuery) -> list[history.HistoryRecord]:
+        """Workloads with their GPU-hours and evictions, like sacct; see `history.history`."""
+        with self.read() as session:
+            return history.history(session, query, time.time())
 
     def events(self, workload: str | None = None, limit: int = 1000) -> list[EventRecord]:
         """The newest `limit` events (of `workload`, or of all), oldest first."""

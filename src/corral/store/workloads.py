@@ -10,7 +10,7 @@ from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model.spec import WorkloadSpec
-from corral.store.convert import workload_record, workload_values
+from corral.store.convert import waiting_reason, workload_record, workload_values
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
 from corral.store.idempotency import Idempotency, Replayed, find, remember
@@ -138,7 +138,20 @@ def _insert(
         ],
     )
     return [
-        (item, WorkloadRecord(workload_id, item.spec, "pending", None, 0, item.at, None, None, ()))
+        (
+            item,
+            WorkloadRecord(
+                workload_id,
+                item.spec,
+                "pending",
+                waiting_reason(item.spec),
+                0,
+                item.at,
+                None,
+                None,
+                (),
+            ),
+        )
         for (item, _), workload_id in zip(accepted, ids, strict=True)
     ]
 
@@ -161,6 +174,12 @@ def _check_submissions(
         )
     )
     held = _secrets_held(session, batch)
+    wanted = {d.workload for item in batch for d in item.spec.after}
+    known = (
+        set(session.scalars(select(WorkloadRow.name).where(WorkloadRow.name.in_(wanted))))
+        if wanted
+        else set()
+    )
     taken: set[str] = set()
     accepted = []
     for index, item in enumerate(batch):
@@ -183,6 +202,8 @@ def _check_submissions(
             item.error = Invalid(
                 "secrets", f"{spec.project} has no secret {', '.join(map(repr, missing))}"
             )
+        elif unknown := [d.workload for d in spec.after if d.workload not in known | taken]:
+            item.error = Invalid("after", f"no workload {unknown[0]!r} to wait for")
         else:
             taken.add(spec.name)
             accepted.append((item, queue))
@@ -228,9 +249,10 @@ def list_workloads(
     user: str | None,
     projects: Collection[str] | None = None,
     names: list[str] | None = None,
+    array: str | None = None,
 ) -> list[WorkloadRecord]:
-    """Workloads, oldest first, of one project, status or user, or among `names`, when
-    given, and of `projects` only when given."""
+    """Workloads, oldest first, of one project, status, user or array, or among `names`,
+    when given, and of `projects` only when given."""
     query = (
         select(WorkloadRow, QueueRow.name)
         .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
@@ -250,6 +272,8 @@ def list_workloads(
         query = query.where(WorkloadRow.user == user)
     if names is not None:
         query = query.where(WorkloadRow.name.in_(names))
+    if array is not None:
+        query = query.where(WorkloadRow.array_name == array)
     return [workload_record(row, queue) for row, queue in session.execute(query).all()]
 
 

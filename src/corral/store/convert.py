@@ -158,11 +158,16 @@ def waiting_reason(spec: WorkloadSpec) -> str | None:
     """What a new workload waits for before the scheduler considers it, if anything."""
     if spec.after:
         return "waiting for " + ", ".join(map(dependency_text, spec.after))
-    if spec.array is not None and spec.array.limit is not None:
-        return (
-            f"array {spec.array.name} runs at most {spec.array.limit} at once; waiting for a slot"
-        )
+    if spec.array is not None:
+        return array_reason(spec.array.name, spec.array.limit)
     return None
+
+
+def array_reason(array: str, limit: int | None) -> str | None:
+    """Why a member of an array with a running limit may wait for a slot."""
+    if limit is None:
+        return None
+    return f"array {array} runs at most {limit} at once; waiting for a slot"
 
 
 def dependency_text(dependency: Dependency) -> str:

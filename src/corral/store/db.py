@@ -53,6 +53,8 @@ from corral.store.workloads import Submission
 # How long an authenticated token is trusted without asking the database again. Another
 # server sharing a PostgreSQL store sees a change to users or tokens at most this late.
 TOKEN_CACHE_SECONDS = 10.0
+# Held work is looked at again at least this often, even when nothing seems to change.
+HOLDS_SECONDS = 10.0
 
 
 class Store(Database):
@@ -69,6 +71,8 @@ class Store(Database):
         self._queued: list[Submission] = []
         # Seals and opens project secrets; set by the server (see use_secret_key).
         self._box: secrets.SecretBox | None = None
+        # (generation, newest held workload id, when) of the last look for held work.
+        self._holds_seen: tuple[int, int, float] | None = None
 
     @contextmanager
     def _accounts(self) -> Iterator[Session]:
@@ -290,13 +294,26 @@ class Store(Database):
         whose dependencies never will be (see `lifecycle.resolve_holds`). Only a change
         moves the generation: a workload blocked for good costs a cycle nothing more."""
         with self.read() as session:
-            if not lifecycle.any_held(session):
-                return []
+            newest = lifecycle.newest_held(session)
+        if newest is None:
+            return []
         with self.writing():
+            # Only a relevant change (a workload ended, was cancelled or deleted) or new
+            # held work can release anything; another server sharing the database moves
+            # no generation here, hence a look every HOLDS_SECONDS in any case.
+            seen = self._holds_seen
+            if (
+                seen is not None
+                and seen[0] == self.generation
+                and newest <= seen[1]
+                and time.monotonic() - seen[2] < HOLDS_SECONDS
+            ):
+                return []
             with self.write(relevant=False) as session:
                 changed = lifecycle.resolve_holds(session)
             if changed:
                 self.generation += 1
+            self._holds_seen = (self.generation, newest, time.monotonic())
         return changed
 
     def history(self, query: history.HistoryQuery) -> list[history.HistoryRecord]:

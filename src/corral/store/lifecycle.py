@@ -4,18 +4,19 @@ changing it while it waits, and releasing the workloads whose dependencies are m
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from corral.store.convert import dependency_text, waiting_reason, workload_record, workload_spec
+from corral.model.arrays import Dependency
+from corral.store.convert import array_reason, dependency_text, workload_record
 from corral.store.errors import Conflict, NotFound
-from corral.store.events import add_event
+from corral.store.events import add_event, add_events, event_values
 from corral.store.records import Release, WorkloadRecord
 from corral.store.schema import WorkloadRow
 from corral.store.tasks import releases
+from corral.store.workloads import WORKLOADS
 
 # What may be cancelled: work that has not ended.
 CANCELLABLE = ("pending", "running", "suspended")
@@ -112,23 +113,33 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def any_held(session: Session) -> bool:
-    """Whether some pending workload waits for its dependencies (an indexed look-up)."""
-    found = session.scalar(
-        select(WorkloadRow.id)
-        .where(WorkloadRow.held.is_(True), WorkloadRow.status == "pending")
-        .limit(1)
+def newest_held(session: Session) -> int | None:
+    """The id of the newest pending workload that waits for its dependencies, or None
+    when none does (an indexed look-up)."""
+    found: int | None = session.scalar(
+        select(func.max(WorkloadRow.id)).where(
+            WorkloadRow.held.is_(True), WorkloadRow.status == "pending"
+        )
     )
-    return found is not None
+    return found
 
 
 def resolve_holds(session: Session) -> list[str]:
     """Look at every pending workload that waits for dependencies: release those whose
     dependencies are all met; give those with a dependency that can no longer be met that
     reason, or cancel them when they asked for it (`kill_on_invalid_dep`). Returns the
-    workloads whose state changed (released or cancelled)."""
-    rows = session.scalars(
-        select(WorkloadRow)
+    workloads whose state changed (released or cancelled). Plain rows, and statements run
+    once for many rows: this runs every cycle while work is held."""
+    rows = session.execute(
+        select(
+            WorkloadRow.id,
+            WorkloadRow.name,
+            WorkloadRow.after,
+            WorkloadRow.reason,
+            WorkloadRow.kill_on_invalid_dep,
+            WorkloadRow.array_name,
+            WorkloadRow.array_limit,
+        )
         .where(WorkloadRow.held.is_(True), WorkloadRow.status == "pending")
         .order_by(WorkloadRow.id)
     ).all()
@@ -140,37 +151,72 @@ def resolve_holds(session: Session) -> list[str]:
             select(WorkloadRow.name, WorkloadRow.status).where(WorkloadRow.name.in_(wanted))
         ).all()
     )
-    changed = []
+    names = {row.id: row.name for row in rows}
+    reasons: list[dict[str, Any]] = []
+    released: list[dict[str, Any]] = []
+    doomed: dict[int, str] = {}
     for row in rows:
-        spec = workload_spec(row, "")
-        broken = None
-        waiting = []
-        for dependency in spec.after:
-            status = statuses.get(dependency.workload)
-            if dependency.condition == "ok":
-                if status == "succeeded":
-                    continue
-                if status is None or status in ("failed", "cancelled"):
-                    broken = (dependency, status or "deleted")
-                    break
-            elif status is None or status in ("succeeded", "failed", "cancelled"):
-                continue
-            waiting.append(dependency)
+        after = [Dependency(n, "any" if c == "any" else "ok") for n, c in row.after or ()]
+        broken, waiting = _verdict(after, statuses)
         if broken is not None:
-            dependency, status = broken
-            why = f"dependency {dependency.workload} {status}; it can never succeed"
+            why = f"dependency {broken}; it can never succeed"
             if row.kill_on_invalid_dep:
-                _cancel_row(session, row, SCHEDULER, f"cancelled: {why}")
-                changed.append(row.name)
-            elif row.reason != f"{why} (cancel or delete this workload)":
-                row.reason = f"{why} (cancel or delete this workload)"
+                doomed[row.id] = f"cancelled: {why}"
+                continue
+            reason: str | None = f"{why} (cancel or delete this workload)"
         elif not waiting:
-            row.held = False
-            row.reason = waiting_reason(replace(spec, after=()))
-            add_event(session, "released", SCHEDULER, "every dependency is met", workload=row.name)
-            changed.append(row.name)
+            array = row.array_name
+            later = array_reason(array, row.array_limit) if array is not None else None
+            released.append({"workload_id": row.id, "reason": later})
+            continue
         else:
             reason = "waiting for " + ", ".join(map(dependency_text, waiting))
-            if row.reason != reason:
-                row.reason = reason
-    return changed
+        if row.reason != reason:
+            reasons.append({"workload_id": row.id, "reason": reason})
+    _write(session, reasons, held=True)
+    _write(session, released, held=False)
+    now = time.time()
+    add_events(
+        session,
+        [
+            event_values(
+                now, "released", SCHEDULER, "every dependency is met", names[i["workload_id"]]
+            )
+            for i in released
+        ],
+    )
+    if doomed:
+        victims = select(WorkloadRow).where(WorkloadRow.id.in_(doomed)).order_by(WorkloadRow.id)
+        for victim in session.scalars(victims):
+            _cancel_row(session, victim, SCHEDULER, doomed[victim.id])
+    return [names[i["workload_id"]] for i in released] + [names[i] for i in sorted(doomed)]
+
+
+def _write(session: Session, values: list[dict[str, Any]], held: bool) -> None:
+    """Set `reason` (and `held`) of many workloads in one statement."""
+    if values:
+        session.connection().execute(
+            update(WORKLOADS)
+            .where(WORKLOADS.c.id == bindparam("workload_id"))
+            .values(held=held, reason=bindparam("reason")),
+            values,
+        )
+
+
+def _verdict(
+    after: list[Dependency], statuses: dict[str, str]
+) -> tuple[str | None, list[Dependency]]:
+    """What can no longer be met ("NAME failed", "NAME deleted"), or None; and what is
+    still awaited."""
+    waiting = []
+    for dependency in after:
+        status = statuses.get(dependency.workload)
+        if dependency.condition == "ok":
+            if status == "succeeded":
+                continue
+            if status is None or status in ("failed", "cancelled"):
+                return f"{dependency.workload} {status or 'deleted'}", []
+        elif status is None or status in ("succeeded", "failed", "cancelled"):
+            continue
+        waiting.append(dependency)
+    return None, waiting

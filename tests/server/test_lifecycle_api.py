@@ -180,6 +180,15 @@ def test_array_syntax_and_bounds_are_checked(api: Api) -> None:
     response = api.admin.post("/workloads/batch", json=batch)
     assert response.status_code == 422 and "array" in response.text, response.text
     assert api.admin.get("/workloads", params={"project": project}).json() == []
+    # An array's name is its own: no second array, no workload takes it.
+    taken = unique("taken")
+    api.submit(project, unique("nowhere"), gpu=1, name=taken, array="0-1")
+    for body in ({"name": taken, "array": "5-6"}, {"name": taken}):
+        response = api.admin.post("/workloads", json={**base, **body})
+        assert response.status_code == 409 and "names an array" in response.text, response.text
+    plain = api.submit(project, unique("nowhere"), gpu=1)["name"]
+    response = api.admin.post("/workloads", json={**base, "name": plain, "array": "0"})
+    assert response.status_code == 409, response.text
     # A drawn name works too.
     first = api.submit(project, unique("nowhere"), gpu=1, array="3,1")
     assert first["name"].endswith("-1") and first["array"]["index"] == 1

@@ -173,6 +173,19 @@ def _check_submissions(
             select(WorkloadRow.name).where(WorkloadRow.name.in_({i.spec.name for i in batch}))
         )
     )
+    # An array's name names its members as a group (cancel, list): it is no other
+    # array's and no workload's, and no workload takes an array's name.
+    arrays = {i.spec.array.name for i in batch if i.spec.array is not None}
+    grouped = {i.spec.name for i in batch} | arrays
+    claimed = set(
+        session.scalars(
+            select(WorkloadRow.array_name).where(WorkloadRow.array_name.in_(grouped)).distinct()
+        )
+    )
+    if arrays:
+        claimed |= set(
+            session.scalars(select(WorkloadRow.name).where(WorkloadRow.name.in_(arrays)))
+        )
     held = _secrets_held(session, batch)
     wanted = {d.workload for item in batch for d in item.spec.after}
     known = (
@@ -190,6 +203,8 @@ def _check_submissions(
         missing = sorted({n for n in spec.secrets.values() if (spec.project, n) not in held})
         if spec.name in existing:
             item.error = Conflict(f"workload {spec.name!r} already exists")
+        elif (group := spec.array.name if spec.array else spec.name) in claimed:
+            item.error = Conflict(f"{group!r} already names an array or a workload")
         elif spec.name in taken:
             item.error = Conflict(f"workload {spec.name!r} is submitted twice")
         elif queue is None:

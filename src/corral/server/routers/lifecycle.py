@@ -42,25 +42,22 @@ def cancel_workload(
     """Stop a workload, or every unfinished member of the array `name`, and keep its
     record as `cancelled` (who, when); 409 when it has ended already. Returns what was
     cancelled."""
-    members = store.list_workloads(array=name, projects=readable_projects(current))
-    if members and not _exists(store, name):
-        for member in members:
-            may_manage(current, member)
-    else:
-        managed_workload(store, current, name)
+    try:
+        single = [managed_workload(store, current, name)]
+    except NotFound:
+        # Not a workload: an array, whose members are all of one project and user.
+        single = []
+        members = store.list_workloads(array=name, projects=readable_projects(current))
+        if not members:
+            raise
+        may_manage(current, members[0])
     before, _ = store.cancel(name, current.name)
     for record in before:
         background.release(record, f"cancelled by {current.name}")
     background.loop.trigger()
-    return [workload_out(store.get_workload(record.name)) for record in before]
-
-
-def _exists(store: StoreDep, name: str) -> bool:
-    try:
-        store.get_workload(name)
-    except NotFound:
-        return False
-    return True
+    after = store.list_workloads(array=name) if not single else [store.get_workload(name)]
+    cancelled = {record.name for record in before}
+    return [workload_out(record) for record in after if record.name in cancelled]
 
 
 @router.patch("/workloads/{name}", response_model=WorkloadOut)

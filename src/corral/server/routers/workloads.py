@@ -131,15 +131,16 @@ async def submit(
 def submit_array(
     store: Store, body: WorkloadIn, user: str, key: Idempotency | None
 ) -> WorkloadRecord:
-    """Submit every member of an array in one transaction; the first member answers."""
-    for attempt in range(NAME_ATTEMPTS):
-        name = body.name or drawn_name(body.project)
+    """Submit every member of an array in one transaction; the first member answers. A
+    name drawn here that clashes is drawn again; a name the client chose is final."""
+    if body.name is not None:
+        return store.submit_all(array_specs(body, body.name, user), key)[0]
+    for _ in range(NAME_ATTEMPTS - 1):
         try:
-            return store.submit_all(array_specs(body, name, user), key)[0]
+            return store.submit_all(array_specs(body, drawn_name(body.project), user), key)[0]
         except Conflict:
-            if body.name is not None or attempt == NAME_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+            continue
+    return store.submit_all(array_specs(body, drawn_name(body.project), user), key)[0]
 
 
 async def submit_named(

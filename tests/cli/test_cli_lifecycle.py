@@ -45,10 +45,15 @@ def test_array_after_cancel_and_history(admin: Cli, api: httpx.Client) -> None:
     assert later["after"] == ["sweep-0:ok", "sweep-1:any"] and later["kill_on_invalid_dep"]
     assert later["reason"] == "waiting for sweep-0 to succeed, sweep-1 to end"
 
+    described = admin.ok("describe", "later")
+    assert "after" in described and "sweep-0:ok, sweep-1:any; cancelled if one" in described
+    assert "sweep (index 3), at most 2 running at once" in admin.ok("describe", "sweep-3")
     out = admin.ok("cancel", "sweep")
     assert out.splitlines() == [f"Cancelled sweep-{i}." for i in range(4)]
     # sweep-0 was cancelled, so `later` can never run: it asked to be cancelled then.
     wait_for(lambda: _status(api, "later") == "cancelled", "later to be cancelled")
+    described = admin.ok("describe", "sweep-0").splitlines()
+    assert any(line.split() == ["cancelled", "by", "admin"] for line in described), described
     message = admin.fails("cancel", "sweep-0", code=1)
     assert "is cancelled" in message and "delete" in message
 

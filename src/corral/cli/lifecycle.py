@@ -70,6 +70,23 @@ def submitted_text(workload: WorkloadOut) -> str:
     )
 
 
+def describe_rows(workload: WorkloadOut) -> list[tuple[str, str]]:
+    """`corral describe`'s lines about the workload's array, dependencies and end."""
+    rows = []
+    array = workload.get("array")
+    if array:
+        limit = f", at most {array['limit']} running at once" if array["limit"] else ""
+        rows.append(("array", f"{array['name']} (index {array['index']}){limit}"))
+    if workload.get("after"):
+        kill = "; cancelled if one can never be met" if workload["kill_on_invalid_dep"] else ""
+        rows.append(("after", ", ".join(workload["after"]) + kill))
+    if workload.get("exit_code") is not None:
+        rows.append(("exit code", str(workload["exit_code"])))
+    if workload.get("cancelled_by"):
+        rows.append(("cancelled by", str(workload["cancelled_by"])))
+    return rows
+
+
 # -- cancel, update ------------------------------------------------------------------------
 
 

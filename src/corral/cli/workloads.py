@@ -10,7 +10,7 @@ from rich.text import Text
 
 from corral.cli.common import print_json, reported_errors
 from corral.cli.config import connect
-from corral.cli.lifecycle import print_starts
+from corral.cli.lifecycle import describe_rows, print_starts
 from corral.model import PRIORITY_CLASSES, format_gpus, format_memory
 from corral.sdk.types import EventOut, TaskGroupOut, WhyOut, WorkloadOut, WorkloadStatus
 
@@ -274,6 +274,7 @@ def _spec(workload: WorkloadOut) -> Table:
         rows.append(("topology", f"{workload['topology']['key']} ({kind})"))
     if workload["max_runtime"] is not None:
         rows.append(("max runtime", _duration(workload["max_runtime"])))
+    rows += describe_rows(workload)
     rows += [
         ("attempts", str(workload["attempts"])),
         ("created", format_when(workload["created_at"])),

@@ -619,6 +619,7 @@ def test_cluster_summary_matches_nodes_and_workloads(live_server: Any) -> None:
             "suspended": 1,
             "succeeded": 0,
             "failed": 0,
+            "cancelled": 0,
         }
         assert summary["queues"] == 1
         assert summary["last_cycle_at"] is not None and summary["last_cycle_seconds"] >= 0

@@ -43,9 +43,13 @@ ROUTES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/v1/workloads/{name}"): WRITE_WORKLOAD,
     ("POST", "/api/v1/workloads/{name}/suspend"): WRITE_WORKLOAD,
     ("POST", "/api/v1/workloads/{name}/resume"): WRITE_WORKLOAD,
+    ("POST", "/api/v1/workloads/{name}/cancel"): WRITE_WORKLOAD,
+    ("PATCH", "/api/v1/workloads/{name}"): WRITE_WORKLOAD,
     ("POST", "/api/v1/workloads"): SUBMIT,
     ("POST", "/api/v1/workloads/batch"): SUBMIT,
     ("GET", "/api/v1/workloads"): READ,
+    ("GET", "/api/v1/history"): READ,
+    ("GET", "/api/v1/starts"): READ,
     ("GET", "/api/v1/queues"): READ,
     ("GET", "/api/v1/queues/{name}"): READ,
     ("GET", "/api/v1/nodes"): READ,
@@ -221,14 +225,17 @@ MANAGES = {
     "member": {"own": True, "peer": False, "other": False},
     "project-admin": {"own": True, "peer": True, "other": False},
 }
-SUCCESS = {"DELETE": 204, "POST": 200}
+SUCCESS = {"DELETE": 204, "POST": 200, "PATCH": 200}
+# The body of each change (None: none).
+CHANGES = {"PATCH": {"priority": 75}}
 
 
 @pytest.mark.parametrize(("method", "path", "role", "target"), _cases(WRITE_WORKLOAD))
 def test_changing_a_workload(world: World, method: str, path: str, role: str, target: str) -> None:
     name = world.fresh(target, suspended=path.endswith("/resume"))
     before = world.api.workload(name)
-    response = world.clients[role].request(method, path.replace("{name}", name)[len("/api/v1") :])
+    url = path.replace("{name}", name)[len("/api/v1") :]
+    response = world.clients[role].request(method, url, json=CHANGES.get(method))
     if MANAGES[role][target]:
         assert response.status_code == SUCCESS[method], response.text
         return
@@ -237,6 +244,7 @@ def test_changing_a_workload(world: World, method: str, path: str, role: str, ta
     leaks(world, role, response.text)
     after = world.api.workload(name)
     assert (after["status"], after["attempts"]) == (before["status"], before["attempts"])
+    assert after["priority"] == before["priority"]
     events = world.api.admin.get(f"/workloads/{name}/events").json()
     assert not any(world.users[role] in event["cause"] for event in events), events
 
@@ -310,6 +318,12 @@ def test_members_filters_show_nothing_of_other_projects(world: World, role: str)
             assert {row["key"] for row in response.json()} <= {world.own}, response.text
     response = client.get("/usage", params={"format": "csv", "by": "workload"})
     leaks(world, role, response.text)
+    for params in ({"project": world.other}, {"user": "admin"}, {"state": "running"}, {}):
+        response = client.get("/history", params=params)
+        assert response.status_code == 200, response.text
+        assert all(row["project"] == world.own for row in response.json()), response.text
+    response = client.get("/starts", params={"project": world.other})
+    assert response.status_code == 200 and response.json() == [], response.text
 
 
 ADMIN_BODIES: dict[tuple[str, str], Callable[[World], tuple[str, Any, int]]] = {

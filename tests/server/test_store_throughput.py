@@ -268,7 +268,7 @@ def test_counts_agree_with_the_records(store: Store) -> None:
     assert counts.gpus_allocated > 0
     assert counts.workloads == {
         status: sum(1 for w in workloads if w.status == status)
-        for status in ("pending", "running", "suspended", "succeeded", "failed")
+        for status in ("pending", "running", "suspended", "succeeded", "failed", "cancelled")
     }
     assert counts.workloads["suspended"] == 1
     assert counts.queues == 1

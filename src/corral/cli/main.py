@@ -12,6 +12,7 @@ from corral.cli.audit import audit_command
 from corral.cli.common import CliState
 from corral.cli.config import login_command
 from corral.cli.demo import demo_command
+from corral.cli.lifecycle import cancel_command, history_command, update_command
 from corral.cli.logs import logs_command
 from corral.cli.nodes import node_app, nodes_command
 from corral.cli.plan import plan_command
@@ -66,7 +67,10 @@ app.command("submit", cls=SubmitCommand)(submit_command)
 app.command("apply")(apply_command)
 app.command("list")(list_command)
 app.command("describe")(describe_command)
+app.command("cancel")(cancel_command)
 app.command("delete")(delete_command)
+app.command("update")(update_command)
+app.command("history")(history_command)
 app.command("suspend")(suspend_command)
 app.command("resume")(resume_command)
 app.command("why")(why_command)

@@ -22,6 +22,7 @@ from corral.cli.common import (
     secret_refs,
 )
 from corral.cli.config import connect
+from corral.cli.lifecycle import lifecycle_fields, submitted_text
 from corral.model import PRIORITY_CLASSES, resolve_priority
 from corral.scenario.yamlio import BoundedLoader, YamlLimitError, read_text
 from corral.sdk import ApiError, Client
@@ -171,6 +172,30 @@ def submit_command(
             help="Like --topology, but only preferred.",
         ),
     ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            "--array",
+            metavar="INDICES[%LIMIT]",
+            help="One workload per index, NAME-INDEX, with CORRAL_ARRAY_INDEX set: "
+            "0-99%8 (at most 8 running at once), 1,3,5-7.",
+        ),
+    ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after",
+            metavar="NAME[:ok|any]",
+            help="Wait until NAME succeeded (ok, the default) or ended (any). Repeatable.",
+        ),
+    ] = None,
+    kill_on_invalid_dep: Annotated[
+        bool,
+        typer.Option(
+            "--kill-on-invalid-dep",
+            help="Cancel it when a dependency can no longer be met (default: it waits).",
+        ),
+    ] = False,
 ) -> None:
     """Submit a workload: a command to run on GPUs, alone or as a gang of workers."""
     with reported_errors(ctx):
@@ -227,6 +252,7 @@ def submit_command(
             body["topology"] = {"key": topology, "required": True}
         if topology_preferred is not None:
             body["topology"] = {"key": topology_preferred, "required": False}
+        body.update(lifecycle_fields(array, after, kill_on_invalid_dep))
         with connect() as client:
             body["project"] = project or _own_project(client, "-p/--project")
             workload = client.submit(body)
@@ -255,7 +281,7 @@ def _own_project(client: Client, flag: str) -> str:
 
 
 def _submitted(workload: WorkloadOut) -> None:
-    typer.echo(f"Submitted {workload['name']} to {workload['project']} ({workload['status']}).")
+    typer.echo(submitted_text(workload))
 
 
 def apply_command(

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from corral.cli.common import print_json, reported_errors
 from corral.cli.config import connect
+from corral.cli.lifecycle import describe_rows, print_starts
 from corral.model import PRIORITY_CLASSES, format_gpus, format_memory
 from corral.sdk.types import EventOut, TaskGroupOut, WhyOut, WorkloadOut, WorkloadStatus
 
@@ -19,6 +20,7 @@ STATUS_STYLES = {
     "suspended": "magenta",
     "succeeded": "blue",
     "failed": "red",
+    "cancelled": "bright_black",
 }
 # The class name that shows each priority number; the first listed name wins a tie.
 _CLASS_OF: dict[int, str] = {}
@@ -47,12 +49,23 @@ def list_command(
         typer.Option("--status", help="Only workloads in this state.", show_default=False),
     ] = None,
     json_output: JsonOutput = False,
+    array: Annotated[
+        str | None,
+        typer.Option("--array", metavar="NAME", help="Only the members of this array."),
+    ] = None,
+    start: Annotated[
+        bool,
+        typer.Option("--start", help="Pending work with its estimated start (squeue --start)."),
+    ] = False,
 ) -> None:
     """Workloads of your project, oldest first (an admin or viewer sees every project's)."""
     with reported_errors(ctx), connect() as client:
         if project is None and not all_projects:
             project = client.whoami()["project"]
-        workloads = client.list_workloads(project, status)
+        if start:
+            print_starts(client, project, json_output)
+            return
+        workloads = client.list_workloads(project, status, array=array)
     if json_output:
         print_json(workloads)
         return
@@ -261,6 +274,7 @@ def _spec(workload: WorkloadOut) -> Table:
         rows.append(("topology", f"{workload['topology']['key']} ({kind})"))
     if workload["max_runtime"] is not None:
         rows.append(("max runtime", _duration(workload["max_runtime"])))
+    rows += describe_rows(workload)
     rows += [
         ("attempts", str(workload["attempts"])),
         ("created", format_when(workload["created_at"])),

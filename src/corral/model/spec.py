@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from corral.model.arrays import ArrayMember, Dependency
 from corral.model.types import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_PRIORITY,
@@ -35,6 +36,11 @@ class WorkloadSpec:
     max_runtime: float | None = None
     backoff_limit: int = 0
     grace_period: float = DEFAULT_GRACE_PERIOD
+    # Workloads that must end (or succeed) first; a dependency that can no longer be met
+    # cancels this one when `kill_on_invalid_dep`, else leaves it pending with the reason.
+    after: tuple[Dependency, ...] = ()
+    kill_on_invalid_dep: bool = False
+    array: ArrayMember | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,12 @@ from corral.sdk.types import (
     AuditOut,
     ClusterOut,
     EventOut,
+    HistoryOut,
     LogOut,
     NodeOut,
     QueueOut,
     SecretOut,
+    StartOut,
     TokenInfoOut,
     TokenOut,
     UsageRowOut,
@@ -225,11 +227,18 @@ class Client:
         project: str | None = None,
         status: WorkloadStatus | None = None,
         user: str | None = None,
+        array: str | None = None,
     ) -> list[WorkloadOut]:
-        """Workloads, oldest first, optionally only one project's, status's or user's."""
+        """Workloads, oldest first, optionally only one project's, status's, user's or
+        array's."""
         params = {
             key: value
-            for key, value in (("project", project), ("status", status), ("user", user))
+            for key, value in (
+                ("project", project),
+                ("status", status),
+                ("user", user),
+                ("array", array),
+            )
             if value is not None
         }
         return cast(list[WorkloadOut], self._request("GET", "/workloads", params=params))
@@ -270,6 +279,28 @@ class Client:
     def resume(self, name: str) -> WorkloadOut:
         """Put a suspended workload back in its queue."""
         return cast(WorkloadOut, self._request("POST", f"/workloads/{_segment(name)}/resume"))
+
+    def cancel(self, name: str) -> list[WorkloadOut]:
+        """Cancel a workload, or every unfinished member of the array `name`; each keeps
+        its record as `cancelled`. Returns what was cancelled."""
+        path = f"/workloads/{_segment(name)}/cancel"
+        return cast(list[WorkloadOut], self._request("POST", path))
+
+    def update_workload(self, name: str, changes: Mapping[str, Any]) -> WorkloadOut:
+        """Change a pending or suspended workload (priority, preemptible, max_runtime,
+        backoff_limit, grace_period, node_selector)."""
+        path = f"/workloads/{_segment(name)}"
+        return cast(WorkloadOut, self._request("PATCH", path, changes))
+
+    def history(self, **filters: str | float | int | None) -> list[HistoryOut]:
+        """Workloads with wait and run time, GPU-hours, exit code, attempts, evictions;
+        filters: project, user, state, since (seconds since the epoch), limit."""
+        return cast(list[HistoryOut], self._request("GET", "/history", params=_params(filters)))
+
+    def starts(self, project: str | None = None) -> list[StartOut]:
+        """The estimated start of each pending workload (of `project` when given)."""
+        params = {"project": project} if project is not None else None
+        return cast(list[StartOut], self._request("GET", "/starts", params=params))
 
     def events(self, name: str) -> list[EventOut]:
         """What happened to a workload, oldest first."""

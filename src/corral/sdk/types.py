@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
-WorkloadStatus = Literal["pending", "running", "suspended", "succeeded", "failed"]
+WorkloadStatus = Literal["pending", "running", "suspended", "succeeded", "failed", "cancelled"]
 Role = Literal["admin", "member", "viewer"]
 
 
@@ -19,6 +19,13 @@ class Amounts(TypedDict):
     gpu: float | None
     cpu: float | None
     memory: int | None
+
+
+class ArrayOut(TypedDict):
+    name: str
+    index: int
+    # members that may run at once; null: any number
+    limit: int | None
 
 
 class AuditOut(TypedDict):
@@ -101,6 +108,34 @@ class EventOut(TypedDict):
     kind: str
     cause: str
     reason: str
+
+
+class HistoryOut(TypedDict):
+    """A workload as history shows it (like a line of sacct)."""
+
+    name: str
+    project: str
+    user: str
+    state: str
+    priority: int
+    # GPUs asked for: whole devices and fractions, all tasks
+    gpus: float
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    # from submission to first start (so far)
+    wait_seconds: float | None
+    # from first start to the end (so far)
+    run_seconds: float | None
+    # GPUs held times hours held, every run
+    gpu_hours: float
+    exit_code: int | None
+    attempts: int
+    evictions: int
+    reason: str | None
+    cancelled_by: str | None
+    array: str | None
+    array_index: int | None
 
 
 class HolderOut(TypedDict):
@@ -199,6 +234,15 @@ class RuleOut(TypedDict):
 class SecretOut(TypedDict):
     name: str
     updated_at: float
+
+
+class StartOut(TypedDict):
+    workload: str
+    project: str
+    # seconds since the epoch; null when it cannot be known
+    estimated_start: float | None
+    # what the estimate rests on
+    why: str
 
 
 class TaskGroupOut(TypedDict):
@@ -310,6 +354,14 @@ class WorkloadOut(TypedDict):
     started_at: float | None
     finished_at: float | None
     placements: list[PlacementOut]
+    # of the run that ended it
+    exit_code: int | None
+    cancelled_by: str | None
+    # the array it belongs to, if any
+    array: ArrayOut | None
+    # "NAME:ok" or "NAME:any"
+    after: list[str]
+    kill_on_invalid_dep: bool
 
 
 class WorkloadPoint(TypedDict):

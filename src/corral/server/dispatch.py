@@ -97,6 +97,9 @@ def launches(
                 "NODE_RANK": str(nodes_in_order.index(state.node)),
             }
         )
+        if spec.array is not None:
+            env["CORRAL_ARRAY_NAME"] = spec.array.name
+            env["CORRAL_ARRAY_INDEX"] = str(spec.array.index)
         if 0 < state.gpu < 1:
             env["CORRAL_GPU_FRACTION"] = f"{state.gpu:g}"
             env["CORRAL_GPU_MEMORY_LIMIT"] = str(int(state.gpu * state.device_memory))

@@ -9,6 +9,7 @@ from corral.model import Decisions
 from corral.server.rules import rules_out
 from corral.server.schemas import (
     Amounts,
+    ArrayOut,
     DeviceOut,
     NodeOut,
     PlacementOut,
@@ -81,6 +82,15 @@ def workload_out(record: WorkloadRecord) -> WorkloadOut:
         started_at=record.started_at,
         finished_at=record.finished_at,
         placements=[PlacementOut.of(placement) for placement in record.placements],
+        exit_code=record.exit_code,
+        cancelled_by=record.cancelled_by,
+        array=(
+            ArrayOut(name=spec.array.name, index=spec.array.index, limit=spec.array.limit)
+            if spec.array
+            else None
+        ),
+        after=[str(dependency) for dependency in spec.after],
+        kill_on_invalid_dep=spec.kill_on_invalid_dep,
     )
 
 

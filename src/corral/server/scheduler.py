@@ -106,6 +106,9 @@ class SchedulerLoop:
         depend on changed meanwhile (the store's generation), else the cycle is computed
         again, the last time under the lock."""
         started = time.perf_counter()
+        # Work whose dependencies were met since joins this cycle's snapshot; the engine
+        # never sees work that still waits for others (corral.store.lifecycle).
+        self.store.resolve_holds()
         for attempt in range(OPTIMISTIC_ATTEMPTS + 1):
             if attempt == OPTIMISTIC_ATTEMPTS:
                 with self.store.writing():

@@ -24,6 +24,7 @@ from corral.model import (
     parse_memory,
     resolve_priority,
 )
+from corral.model.arrays import parse_array, parse_dependency
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.server.accounts import is_root_account
 from corral.server.rules import RuleOut, RulesIn
@@ -32,6 +33,8 @@ from corral.store.records import UserRecord
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=63)]
 ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# A dependency: a workload's name, then ":ok" (it succeeded, the default) or ":any" (ended).
+AFTER_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(:(ok|any))?$"
 # A secret is named as the environment variable it becomes by default.
 SecretName = Annotated[str, Field(pattern=ENV_PATTERN, min_length=1, max_length=63)]
 LabelKey = Annotated[
@@ -313,6 +316,30 @@ class WorkloadIn(Body):
         DEFAULT_GRACE_PERIOD,
         description="seconds from SIGTERM to SIGKILL when stopped or preempted",
     )
+    array: str | None = Field(
+        None,
+        max_length=1024,
+        description='one workload per index, named NAME-INDEX: "0-99", "1,3,5-7"; "%8" '
+        "after it: at most 8 running at once",
+    )
+    after: list[Annotated[str, Field(pattern=AFTER_PATTERN, max_length=80)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description='workloads to wait for: "NAME" or "NAME:ok" until it succeeded, '
+        '"NAME:any" until it ended',
+    )
+    kill_on_invalid_dep: bool = Field(
+        False,
+        description="cancel it when a dependency can no longer be met (default: it stays "
+        "pending with that reason)",
+    )
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_array(value)
+        return value
 
     @field_validator("priority")
     @classmethod
@@ -365,6 +392,10 @@ class WorkloadIn(Body):
         both = sorted(set(self.env) & set(self.secrets))
         if both:
             raise ValueError(f"{', '.join(both)}: in both env and secrets")
+        if self.array is not None and self.name is not None:
+            longest = f"{self.name}-{parse_array(self.array)[0][-1]}"
+            if len(longest) > 63:
+                raise ValueError(f"name: the array member {longest!r} is over 63 characters")
         return self
 
     def to_spec(self, name: str, user: str) -> WorkloadSpec:
@@ -393,6 +424,8 @@ class WorkloadIn(Body):
             else None,
             backoff_limit=self.backoff_limit,
             grace_period=(0.0 if self.grace_period == 0 else duration_seconds(self.grace_period)),
+            after=tuple(parse_dependency(text) for text in dict.fromkeys(self.after)),
+            kill_on_invalid_dep=self.kill_on_invalid_dep,
         )
 
 
@@ -426,11 +459,17 @@ class TopologyOut(BaseModel):
     required: bool
 
 
+class ArrayOut(BaseModel):
+    name: str
+    index: int
+    limit: int | None = Field(description="members that may run at once; null: any number")
+
+
 class WorkloadOut(BaseModel):
     name: str
     project: str
     user: str
-    status: Literal["pending", "running", "suspended", "succeeded", "failed"]
+    status: Literal["pending", "running", "suspended", "succeeded", "failed", "cancelled"]
     reason: str | None
     priority: int
     preemptible: bool
@@ -450,6 +489,11 @@ class WorkloadOut(BaseModel):
     started_at: float | None
     finished_at: float | None
     placements: list[PlacementOut]
+    exit_code: int | None = Field(None, description="of the run that ended it")
+    cancelled_by: str | None = None
+    array: ArrayOut | None = Field(None, description="the array it belongs to, if any")
+    after: list[str] = Field(default_factory=list, description='"NAME:ok" or "NAME:any"')
+    kill_on_invalid_dep: bool = False
 
 
 class EventOut(BaseModel):

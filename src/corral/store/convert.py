@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from corral.model import Node, Placement, Queue, Resources, TaskGroup, Topology
+from corral.model.arrays import ArrayMember, Dependency
 from corral.model.spec import Device, WorkloadSpec
 from corral.store.records import NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
@@ -135,13 +136,44 @@ def workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> dict[str, A
         "backoff_limit": spec.backoff_limit,
         "grace_period": spec.grace_period,
         "status": "pending",
-        "reason": None,
+        "reason": waiting_reason(spec),
         "attempts": 0,
         "failures": 0,
         "created_at": at,
         "started_at": None,
         "finished_at": None,
+        "exit_code": None,
+        "cancelled_by": None,
+        "array_name": spec.array.name if spec.array else None,
+        "array_index": spec.array.index if spec.array else None,
+        "array_limit": spec.array.limit if spec.array else None,
+        "after": [[d.workload, d.condition] for d in spec.after] if spec.after else None,
+        "kill_on_invalid_dep": spec.kill_on_invalid_dep,
+        # Released by the first cycle that finds every dependency met (even at once).
+        "held": bool(spec.after),
     }
+
+
+def waiting_reason(spec: WorkloadSpec) -> str | None:
+    """What a new workload waits for before the scheduler considers it, if anything."""
+    if spec.after:
+        return "waiting for " + ", ".join(map(dependency_text, spec.after))
+    if spec.array is not None:
+        return array_reason(spec.array.name, spec.array.limit)
+    return None
+
+
+def array_reason(array: str, limit: int | None) -> str | None:
+    """Why a member of an array with a running limit may wait for a slot."""
+    if limit is None:
+        return None
+    return f"array {array} runs at most {limit} at once; waiting for a slot"
+
+
+def dependency_text(dependency: Dependency) -> str:
+    """`train-1 to succeed` or `train-1 to end`."""
+    goal = "succeed" if dependency.condition == "ok" else "end"
+    return f"{dependency.workload} to {goal}"
 
 
 def workload_spec(row: WorkloadRow, project: str) -> WorkloadSpec:
@@ -176,6 +208,15 @@ def spec_of(row: Any, project: str, task_groups: tuple[TaskGroup, ...]) -> Workl
         max_runtime=row.max_runtime,
         backoff_limit=row.backoff_limit,
         grace_period=row.grace_period,
+        after=tuple(
+            Dependency(name, "any" if cond == "any" else "ok") for name, cond in row.after or ()
+        ),
+        kill_on_invalid_dep=row.kill_on_invalid_dep,
+        array=(
+            ArrayMember(row.array_name, row.array_index or 0, row.array_limit)
+            if row.array_name is not None
+            else None
+        ),
     )
 
 
@@ -193,4 +234,6 @@ def workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
         placements=tuple(
             Placement(p.task, p.node.name, tuple(p.devices), p.gpu) for p in row.placements
         ),
+        exit_code=row.exit_code,
+        cancelled_by=row.cancelled_by,
     )

@@ -19,7 +19,9 @@ from sqlalchemy.orm import Session
 import corral.store.accounts as accounts
 import corral.store.audit as audit
 import corral.store.events as events
+import corral.store.history as history
 import corral.store.idempotency as idempotency
+import corral.store.lifecycle as lifecycle
 import corral.store.nodes as nodes
 import corral.store.queues as queues
 import corral.store.reports as reports
@@ -53,6 +55,8 @@ from corral.store.workloads import Submission
 # How long an authenticated token is trusted without asking the database again. Another
 # server sharing a PostgreSQL store sees a change to users or tokens at most this late.
 TOKEN_CACHE_SECONDS = 10.0
+# Held work is looked at again at least this often, even when nothing seems to change.
+HOLDS_SECONDS = 10.0
 
 
 class Store(Database):
@@ -69,6 +73,8 @@ class Store(Database):
         self._queued: list[Submission] = []
         # Seals and opens project secrets; set by the server (see use_secret_key).
         self._box: secrets.SecretBox | None = None
+        # (generation, newest held workload id, when) of the last look for held work.
+        self._holds_seen: tuple[int, int, float] | None = None
 
     @contextmanager
     def _accounts(self) -> Iterator[Session]:
@@ -257,11 +263,12 @@ class Store(Database):
         status: str | None = None,
         user: str | None = None,
         projects: Collection[str] | None = None,
+        array: str | None = None,
     ) -> list[WorkloadRecord]:
-        """Workloads, oldest first, of one project, status or user when given, and only
-        of `projects` when given (what a member may read)."""
+        """Workloads, oldest first, of one project, status, user or array when given, and
+        only of `projects` when given (what a member may read)."""
         with self.read() as session:
-            return workloads.list_workloads(session, project, status, user, projects)
+            return workloads.list_workloads(session, project, status, user, projects, array=array)
 
     def delete_workload(self, name: str, cause: str) -> WorkloadRecord:
         """Delete a workload and free its devices. Returns what it was."""
@@ -277,6 +284,49 @@ class Store(Database):
         """Send a suspended workload back to pending."""
         with self.write() as session:
             return workloads.resume(session, name, cause)
+
+    def cancel(self, name: str, cause: str) -> tuple[list[WorkloadRecord], list[Release]]:
+        """Cancel a workload, or every unfinished member of the array `name`; see
+        `lifecycle.cancel`."""
+        with self.write() as session:
+            return lifecycle.cancel(session, name, cause)
+
+    def update_workload(self, name: str, changes: dict[str, Any], cause: str) -> WorkloadRecord:
+        """Change fields of a pending or suspended workload; see `lifecycle.MUTABLE`."""
+        with self.write() as session:
+            return lifecycle.update_workload(session, name, changes, cause)
+
+    def resolve_holds(self) -> list[str]:
+        """Release the workloads whose dependencies are met, and cancel or explain those
+        whose dependencies never will be (see `lifecycle.resolve_holds`). Only a change
+        moves the generation: a workload blocked for good costs a cycle nothing more."""
+        with self.read() as session:
+            newest = lifecycle.newest_held(session)
+        if newest is None:
+            return []
+        with self.writing():
+            # Only a relevant change (a workload ended, was cancelled or deleted) or new
+            # held work can release anything; another server sharing the database moves
+            # no generation here, hence a look every HOLDS_SECONDS in any case.
+            seen = self._holds_seen
+            if (
+                seen is not None
+                and seen[0] == self.generation
+                and newest <= seen[1]
+                and time.monotonic() - seen[2] < HOLDS_SECONDS
+            ):
+                return []
+            with self.write(relevant=False) as session:
+                changed = lifecycle.resolve_holds(session)
+            if changed:
+                self.generation += 1
+            self._holds_seen = (self.generation, newest, time.monotonic())
+        return changed
+
+    def history(self, query: history.HistoryQuery) -> list[history.HistoryRecord]:
+        """Workloads with their GPU-hours and evictions, like sacct; see `history.history`."""
+        with self.read() as session:
+            return history.history(session, query, time.time())
 
     def events(self, workload: str | None = None, limit: int = 1000) -> list[EventRecord]:
         """The newest `limit` events (of `workload`, or of all), oldest first."""

@@ -14,7 +14,7 @@ from corral.model import Queue, QueueError, check_quota, check_tree
 from corral.store.convert import fill_queue, queue_from_row, queue_names, queue_record
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event
-from corral.store.records import QueueRecord
+from corral.store.records import FINISHED, QueueRecord
 from corral.store.schema import QueueRow, WorkloadRow
 
 
@@ -82,7 +82,7 @@ def delete_queue(session: Session, name: str) -> None:
         .select_from(WorkloadRow)
         .where(
             WorkloadRow.queue_id == row.id,
-            WorkloadRow.status.not_in(("succeeded", "failed")),
+            WorkloadRow.status.not_in(FINISHED),
         )
     )
     if held:

@@ -8,8 +8,8 @@ from corral.model import Node, Placement, Queue
 from corral.model.spec import Device, WorkloadSpec
 
 ACTIVE = ("pending", "running")
-FINISHED = ("succeeded", "failed")
-STATUSES = ("pending", "running", "suspended", "succeeded", "failed")
+FINISHED = ("succeeded", "failed", "cancelled")
+STATUSES = ("pending", "running", "suspended", "succeeded", "failed", "cancelled")
 ROLES = ("admin", "member", "viewer")
 # A member's role in one of its projects.
 PROJECT_ROLES = ("member", "project-admin")
@@ -57,6 +57,10 @@ class WorkloadRecord:
     started_at: float | None
     finished_at: float | None
     placements: tuple[Placement, ...]
+    # The exit code of the run that ended it (None while it runs, or when unknown), and
+    # who cancelled it.
+    exit_code: int | None = None
+    cancelled_by: str | None = None
 
     @property
     def name(self) -> str:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, select, update
+from sqlalchemy import Row, and_, bindparam, case, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Decisions, Node, Placement, Snapshot, TaskGroup, Topology, Workload
@@ -109,11 +109,16 @@ def active_workloads(
     the engine reads them, and the newest id among them (`after` when there is none).
     Plain rows, not ORM objects, and only the columns the engine reads: this runs every
     cycle."""
-    active = and_(WorkloadRow.status.in_(ACTIVE), *where)
+    # Work that waits for its dependencies is left out until they are met
+    # (`lifecycle.resolve_holds`).
+    active = and_(WorkloadRow.status.in_(ACTIVE), WorkloadRow.held.is_(False), *where)
     rows = session.execute(
         select(
             WorkloadRow.id,
             WorkloadRow.name,
+            WorkloadRow.status,
+            WorkloadRow.array_name,
+            WorkloadRow.array_limit,
             WorkloadRow.queue_id,
             WorkloadRow.priority,
             WorkloadRow.preemptible,
@@ -130,6 +135,7 @@ def active_workloads(
     # Task groups and placements of the workloads just read, and of no later ones: a
     # workload and its task groups are committed together, so every row read has its own.
     newest: int = rows[-1].id
+    rows = _within_array_limits(session, rows)
     span = (active, WorkloadRow.id > after, WorkloadRow.id <= newest)
     groups = _task_groups(session, span)
     placed = _placements(session, span, nodes)
@@ -150,6 +156,33 @@ def active_workloads(
         for w in rows
     )
     return workloads, newest
+
+
+def _within_array_limits(session: Session, rows: Sequence[Row[Any]]) -> list[Row[Any]]:
+    """The rows less the pending members of arrays beyond their running limit: of an
+    array with limit k and r members running, only its first k - r pending members (by
+    index, which is by id) are offered to the engine. The same rule on a full read and
+    on the workloads read since (`new_workloads`) gives the same snapshot."""
+    limited = {row.array_name for row in rows if row.array_limit is not None}
+    if not limited:
+        return list(rows)
+    running = dict(
+        session.execute(
+            select(WorkloadRow.array_name, func.count())
+            .where(WorkloadRow.array_name.in_(limited), WorkloadRow.status == "running")
+            .group_by(WorkloadRow.array_name)
+        ).all()
+    )
+    offered: dict[str, int] = {}
+    kept = []
+    for row in rows:
+        if row.array_limit is not None and row.status == "pending":
+            count = offered.get(row.array_name, 0)
+            if running.get(row.array_name, 0) + count >= row.array_limit:
+                continue
+            offered[row.array_name] = count + 1
+        kept.append(row)
+    return kept
 
 
 def _task_groups(session: Session, span: tuple[Any, ...]) -> dict[int, list[TaskGroup]]:

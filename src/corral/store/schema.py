@@ -100,7 +100,11 @@ class DeviceRow(Base):
 
 class WorkloadRow(Base):
     __tablename__ = "workloads"
-    __table_args__ = (Index("ix_workloads_status", "status"),)
+    __table_args__ = (
+        Index("ix_workloads_status", "status"),
+        Index("ix_workloads_array", "array_name"),
+        Index("ix_workloads_held", "held"),
+    )
 
     # The id also orders workloads by age: a smaller id was submitted earlier.
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -122,7 +126,7 @@ class WorkloadRow(Base):
     backoff_limit: Mapped[int] = mapped_column(Integer, default=0)
     # Seconds between SIGTERM and SIGKILL when the workload is stopped or preempted.
     grace_period: Mapped[float] = mapped_column(Float, default=DEFAULT_GRACE_PERIOD)
-    # pending | running | succeeded | failed | suspended
+    # pending | running | succeeded | failed | suspended | cancelled
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -134,6 +138,19 @@ class WorkloadRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
+    # Job history and lifecycle (0006_life): the exit code of the run that ended it, and
+    # who cancelled it.
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    cancelled_by: Mapped[str | None] = mapped_column(String(NAME))
+    # Arrays: the array's name, this member's index, how many members may run at once.
+    array_name: Mapped[str | None] = mapped_column(String(NAME))
+    array_index: Mapped[int | None] = mapped_column(Integer)
+    array_limit: Mapped[int | None] = mapped_column(Integer)
+    # Dependencies, as [[name, "ok" | "any"], ...]; `held` while one is not met yet, which
+    # keeps the workload out of the scheduler's snapshot.
+    after: Mapped[list[Any] | None] = mapped_column(JSON)
+    kill_on_invalid_dep: Mapped[bool] = mapped_column(Boolean, default=False)
+    held: Mapped[bool] = mapped_column(Boolean, default=False)
 
     queue: Mapped[QueueRow] = relationship()
     task_groups: Mapped[list[TaskGroupRow]] = relationship(

@@ -188,6 +188,7 @@ def task_ended(
     )
     row.placements.clear()
     row.failures += 1
+    row.exit_code = exit_code
     if row.failures <= row.backoff_limit:
         row.status = "pending"
         row.reason = f"retrying ({row.failures} of {row.backoff_limit}): {why}"
@@ -222,6 +223,7 @@ def _task_succeeded(
         row.placements.clear()
         row.status = "succeeded"
         row.reason = None
+        row.exit_code = 0
         row.finished_at = time.time()
         add_event(session, "succeeded", "agent", "every task exited with code 0", workload=row.name)
 

@@ -10,7 +10,7 @@ from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model.spec import WorkloadSpec
-from corral.store.convert import workload_record, workload_values
+from corral.store.convert import waiting_reason, workload_record, workload_values
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
 from corral.store.idempotency import Idempotency, Replayed, find, remember
@@ -138,7 +138,20 @@ def _insert(
         ],
     )
     return [
-        (item, WorkloadRecord(workload_id, item.spec, "pending", None, 0, item.at, None, None, ()))
+        (
+            item,
+            WorkloadRecord(
+                workload_id,
+                item.spec,
+                "pending",
+                waiting_reason(item.spec),
+                0,
+                item.at,
+                None,
+                None,
+                (),
+            ),
+        )
         for (item, _), workload_id in zip(accepted, ids, strict=True)
     ]
 
@@ -160,7 +173,26 @@ def _check_submissions(
             select(WorkloadRow.name).where(WorkloadRow.name.in_({i.spec.name for i in batch}))
         )
     )
+    # An array's name names its members as a group (cancel, list): it is no other
+    # array's and no workload's, and no workload takes an array's name.
+    arrays = {i.spec.array.name for i in batch if i.spec.array is not None}
+    grouped = {i.spec.name for i in batch} | arrays
+    claimed = set(
+        session.scalars(
+            select(WorkloadRow.array_name).where(WorkloadRow.array_name.in_(grouped)).distinct()
+        )
+    )
+    if arrays:
+        claimed |= set(
+            session.scalars(select(WorkloadRow.name).where(WorkloadRow.name.in_(arrays)))
+        )
     held = _secrets_held(session, batch)
+    wanted = {d.workload for item in batch for d in item.spec.after}
+    known = (
+        set(session.scalars(select(WorkloadRow.name).where(WorkloadRow.name.in_(wanted))))
+        if wanted
+        else set()
+    )
     taken: set[str] = set()
     accepted = []
     for index, item in enumerate(batch):
@@ -171,6 +203,8 @@ def _check_submissions(
         missing = sorted({n for n in spec.secrets.values() if (spec.project, n) not in held})
         if spec.name in existing:
             item.error = Conflict(f"workload {spec.name!r} already exists")
+        elif (group := spec.array.name if spec.array else spec.name) in claimed:
+            item.error = Conflict(f"{group!r} already names an array or a workload")
         elif spec.name in taken:
             item.error = Conflict(f"workload {spec.name!r} is submitted twice")
         elif queue is None:
@@ -183,6 +217,8 @@ def _check_submissions(
             item.error = Invalid(
                 "secrets", f"{spec.project} has no secret {', '.join(map(repr, missing))}"
             )
+        elif unknown := [d.workload for d in spec.after if d.workload not in known | taken]:
+            item.error = Invalid("after", f"no workload {unknown[0]!r} to wait for")
         else:
             taken.add(spec.name)
             accepted.append((item, queue))
@@ -228,9 +264,10 @@ def list_workloads(
     user: str | None,
     projects: Collection[str] | None = None,
     names: list[str] | None = None,
+    array: str | None = None,
 ) -> list[WorkloadRecord]:
-    """Workloads, oldest first, of one project, status or user, or among `names`, when
-    given, and of `projects` only when given."""
+    """Workloads, oldest first, of one project, status, user or array, or among `names`,
+    when given, and of `projects` only when given."""
     query = (
         select(WorkloadRow, QueueRow.name)
         .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
@@ -250,6 +287,8 @@ def list_workloads(
         query = query.where(WorkloadRow.user == user)
     if names is not None:
         query = query.where(WorkloadRow.name.in_(names))
+    if array is not None:
+        query = query.where(WorkloadRow.array_name == array)
     return [workload_record(row, queue) for row, queue in session.execute(query).all()]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 Json = dict[str, Any]
-STATUSES = ("pending", "running", "suspended", "succeeded", "failed")
+STATUSES = ("pending", "running", "suspended", "succeeded", "failed", "cancelled")
 DEVICE_STATES = ("free", "busy", "idle")
 
 

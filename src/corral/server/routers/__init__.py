@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from corral.server.routers import (
     audit,
     cluster,
+    lifecycle,
     nodes,
     queues,
     secrets,
@@ -21,6 +22,7 @@ from corral.server.routers import (
 ROUTERS: tuple[APIRouter, ...] = (
     queues.router,
     workloads.router,
+    lifecycle.router,
     nodes.router,
     cluster.router,
     users.router,

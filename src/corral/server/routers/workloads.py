@@ -27,6 +27,7 @@ from corral.server.deps import (
     visible_workload,
 )
 from corral.server.errors import ERRORS
+from corral.server.lifecycle import array_specs, check_after
 from corral.server.logs import read_log
 from corral.server.outputs import vars_of, workload_out
 from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
@@ -85,10 +86,11 @@ def list_workloads(
     project: str | None = None,
     status: Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")] = None,
     user: str | None = None,
+    array: Annotated[str | None, Query(max_length=63, description="members of this array")] = None,
 ) -> list[WorkloadOut]:
-    """Workloads, oldest first, filtered by project, status or user; a member sees only
-    the workloads of the projects they belong to."""
-    found = store.list_workloads(project, status, user, readable_projects(current))
+    """Workloads, oldest first, filtered by project, status, user or array; a member sees
+    only the workloads of the projects they belong to."""
+    found = store.list_workloads(project, status, user, readable_projects(current), array)
     return [workload_out(r) for r in found]
 
 
@@ -106,8 +108,12 @@ async def submit(
     may_submit(current, body.project)
     require_account(background.cluster, current)
     key = idempotency(idempotency_key, current.name, body)
+    await run_in_threadpool(check_after, store, current, [body.to_spec("-", current.name)])
     try:
-        if body.name is not None:
+        if body.array is not None:
+            record = await run_in_threadpool(submit_array, store, body, current.name, key)
+            background.loop.trigger()
+        elif body.name is not None:
             record = await background.submissions.submit(body.to_spec(body.name, current.name), key)
         else:
             record = await submit_named(background, body, current.name, key)
@@ -120,6 +126,21 @@ async def submit(
         response.headers["Idempotent-Replayed"] = "true"
         record = found[0]
     return workload_out(record)
+
+
+def submit_array(
+    store: Store, body: WorkloadIn, user: str, key: Idempotency | None
+) -> WorkloadRecord:
+    """Submit every member of an array in one transaction; the first member answers. A
+    name drawn here that clashes is drawn again; a name the client chose is final."""
+    if body.name is not None:
+        return store.submit_all(array_specs(body, body.name, user), key)[0]
+    for _ in range(NAME_ATTEMPTS - 1):
+        try:
+            return store.submit_all(array_specs(body, drawn_name(body.project), user), key)[0]
+        except Conflict:
+            continue
+    return store.submit_all(array_specs(body, drawn_name(body.project), user), key)[0]
 
 
 async def submit_named(
@@ -149,9 +170,16 @@ def submit_batch(
     """Submit several workloads in one transaction: all are stored, or none (the
     first that fails a check is named by its place, `workloads[i]`). With an
     Idempotency-Key, a retry gives the first answer again."""
-    for item in body.workloads:
+    for index, item in enumerate(body.workloads):
         may_submit(current, item.project)
+        if item.array is not None:
+            raise Invalid(
+                "array", "submit an array on its own (POST /workloads)", at=("workloads", index)
+            )
     require_account(background.cluster, current)
+    check_after(
+        store, current, [item.to_spec(item.name or "-", current.name) for item in body.workloads]
+    )
     key = idempotency(idempotency_key, current.name, body)
     for attempt in range(NAME_ATTEMPTS):
         specs = [

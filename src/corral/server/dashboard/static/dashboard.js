@@ -105,7 +105,7 @@
 
   // -- derivations (views.py) --------------------------------------------------------------
 
-  const STATUSES = ["pending", "running", "suspended", "succeeded", "failed"];
+  const STATUSES = ["pending", "running", "suspended", "succeeded", "failed", "cancelled"];
   const DEVICE_STATES = ["free", "busy", "idle"];
 
   function deviceWorkloads(device) {

@@ -39,6 +39,9 @@ class TaskLaunch:
     # The Unix account the task runs as when the agent runs as root (its submitter's);
     # None when the submitter has none, and such a task is refused by a root agent.
     unix_user: str | None = None
+    # Names of the ports the task listens on: the agent picks a free number for each on
+    # its node, gives it as CORRAL_PORT / CORRAL_PORT_<NAME> and reports it (task_ports).
+    ports: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, int]:
@@ -74,6 +77,9 @@ class Reports(Protocol):
         """The task's process is gone; `exit_code` None when nobody knows how it ended.
         `attempt` is the attempt the process was launched for (`TaskLaunch.attempt`): the
         end of an earlier attempt is not the end of the task bound now."""
+
+    def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
+        """The port numbers the agent gave the task's declared ports, by name."""
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive."""

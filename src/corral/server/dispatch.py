@@ -117,6 +117,7 @@ def launches(
                 pid=state.pid if state.state == "running" else None,
                 proc_start=state.proc_start if state.state == "running" else None,
                 unix_user=(accounts or {}).get(spec.user) if spec.user else None,
+                ports=tuple(port.name for port in spec.ports),
             )
         )
     return result
@@ -232,6 +233,10 @@ class Dispatcher:
     def task_started(self, node: str, workload: str, task: int, pid: int, proc_start: int) -> None:
         if not self.store.task_started(workload, task, pid, proc_start):
             self.cluster.stop([TaskStop(workload, node, (task,), "no longer bound", 0.0)])
+
+    def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
+        if self._bound_to(workload, task, node):
+            self.store.task_ports(workload, task, ports)
 
     def task_ended(
         self,

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from corral.model import Node, Placement, Queue, Resources, TaskGroup, Topology
-from corral.model.spec import Device, WorkloadSpec
+from corral.model.spec import Device, PortSpec, WorkloadSpec
 from corral.store.records import NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
 
@@ -134,6 +134,7 @@ def workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> dict[str, A
         "max_runtime": spec.max_runtime,
         "backoff_limit": spec.backoff_limit,
         "grace_period": spec.grace_period,
+        "ports": [{"name": p.name, "base_url": p.base_url} for p in spec.ports],
         "status": "pending",
         "reason": None,
         "attempts": 0,
@@ -166,6 +167,7 @@ def workload_spec(row: WorkloadRow, project: str) -> WorkloadSpec:
         max_runtime=row.max_runtime,
         backoff_limit=row.backoff_limit,
         grace_period=row.grace_period,
+        ports=tuple(PortSpec(p["name"], bool(p.get("base_url"))) for p in row.ports or ()),
     )
 
 

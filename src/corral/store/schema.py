@@ -122,6 +122,10 @@ class WorkloadRow(Base):
     backoff_limit: Mapped[int] = mapped_column(Integer, default=0)
     # Seconds between SIGTERM and SIGKILL when the workload is stopped or preempted.
     grace_period: Mapped[float] = mapped_column(Float, default=DEFAULT_GRACE_PERIOD)
+    # Declared ports, [{"name": ..., "base_url": bool}]; NULL before 0006_ws.
+    ports: Mapped[list[Any] | None] = mapped_column(JSON, default=list)
+    # When the proxy last carried traffic to it (idle detection of workspaces).
+    active_at: Mapped[float | None] = mapped_column(Float)
     # pending | running | succeeded | failed | suspended
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
@@ -177,6 +181,8 @@ class PlacementRow(Base):
     pid: Mapped[int | None] = mapped_column(Integer)
     proc_start: Mapped[int | None] = mapped_column(BigInteger)
     exit_code: Mapped[int | None] = mapped_column(Integer)
+    # Port name -> number on its node, as the agent reported them (task_ports).
+    ports: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="placements")
     node: Mapped[NodeRow] = relationship()

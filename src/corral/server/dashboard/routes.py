@@ -159,7 +159,7 @@ async def login(request: Request) -> Response:
         COOKIE,
         token,
         httponly=True,
-        samesite="lax",
+        samesite="strict",
         secure=request.url.scheme == "https",
         path="/",
     )

@@ -16,11 +16,13 @@ from corral.server.routers import (
     tokens,
     users,
     workloads,
+    workspaces,
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
     queues.router,
     workloads.router,
+    workspaces.router,
     nodes.router,
     cluster.router,
     users.router,

@@ -71,6 +71,9 @@ class Server:
             "CORRAL_TOKEN": self.tokens[who],
         }
 
+    def ws_url(self, path: str) -> str:
+        return self.url.replace("http://", "ws://") + path
+
     def cli(
         self, *args: str, who: str = "admin", timeout: float = 180, stdin: str = ""
     ) -> subprocess.CompletedProcess[str]:
@@ -104,11 +107,11 @@ def start_server(data_dir: Path) -> Server:
     port = free_port()
     log = data_dir.parent / f"{data_dir.name}-up.log"
     as_root = ["--admin-unix-user", "root"] if os.geteuid() == 0 else []
+    more = ["--port", str(port), *as_root]
     with open(log, "wb") as handle:
         # A session of its own, so that teardown kills its group and nothing else.
         process = subprocess.Popen(
-            [CORRAL, "up", "--virtual-gpus", "2", "--data-dir", str(data_dir)]
-            + ["--port", str(port), *as_root],
+            [CORRAL, "up", "--virtual-gpus", "2", "--data-dir", str(data_dir), *more],
             stdout=handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,

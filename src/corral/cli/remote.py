@@ -67,9 +67,13 @@ def _session_query(command: list[str], tty_wanted: bool, task: int) -> dict[str,
 
 def run_session(name: str, command: list[str], tty_wanted: bool, task: int) -> int:
     """Run a command beside the task with our stdin, stdout and stderr; its exit code."""
-    ws = open_socket(
-        f"/workloads/{quote(name, safe='')}/exec", _session_query(command, tty_wanted, task)
-    )
+    path = f"/workloads/{quote(name, safe='')}/exec"
+    with open_socket(path, _session_query(command, tty_wanted, task)) as ws:
+        return _attached(ws, tty_wanted)
+
+
+def _attached(ws: ClientConnection, tty_wanted: bool) -> int:
+    """Our terminal or streams attached to the session until it ends; its exit code."""
     restore: Callable[[], None] = lambda: None  # noqa: E731
     if tty_wanted and sys.stdin.isatty():
         saved = termios.tcgetattr(sys.stdin.fileno())
@@ -96,7 +100,6 @@ def run_session(name: str, command: list[str], tty_wanted: bool, task: int) -> i
         pass
     finally:
         restore()
-        ws.close()
     return code
 
 
@@ -164,7 +167,8 @@ def port_forward_command(
         local, remote = _parse_forward(mapping)
         port = _resolve_port(name, remote)
         # Refused here (unknown workload, outsider, undeclared port) before listening.
-        open_socket(_forward_path(name, port)).close()
+        with open_socket(_forward_path(name, port)):
+            pass
         listener = socket.create_server((address, local))
         typer.echo(f"Forwarding {address}:{listener.getsockname()[1]} -> {name}:{port}", err=True)
         signal.signal(signal.SIGTERM, _interrupt)
@@ -221,7 +225,12 @@ def _forward(client: socket.socket, name: str, port: str) -> None:
             with contextlib.suppress(Exception):
                 ws.close()
 
-    threading.Thread(target=upstream, daemon=True).start()
+    with ws:
+        threading.Thread(target=upstream, daemon=True).start()
+        _downstream(ws, client)
+
+
+def _downstream(ws: ClientConnection, client: socket.socket) -> None:
     try:
         for message in ws:
             if isinstance(message, bytes):

@@ -95,11 +95,17 @@ class Server:
             return found
 
     def wait_status(self, name: str, status: str, timeout: float = 60) -> dict[str, Any]:
-        return wait_until(
-            lambda: (w := self.workload(name))["status"] == status and w,
-            timeout,
-            f"{name} to be {status}",
-        )
+        found: dict[str, Any] = {}
+
+        def reached() -> dict[str, Any] | None:
+            found.update(self.workload(name))
+            return found if found["status"] == status else None
+
+        try:
+            result: dict[str, Any] = wait_until(reached, timeout, f"{name} to be {status}")
+        except AssertionError as error:
+            raise AssertionError(f"{error}; it is {found.get('status')}: {found}") from None
+        return result
 
 
 def start_server(data_dir: Path) -> Server:

@@ -17,7 +17,9 @@ through http://SERVER/w/bench/ and directly at http://127.0.0.1:PORT/:
 Everything runs on one machine: the client, the server and the task share its CPUs, so the
 figures are a lower bound for the proxy alone. With --json the last line is one JSON
 object: `direct_mb_s`, `proxy_mb_s`, `direct_p50_ms`, `direct_p99_ms`, `proxy_p50_ms`,
-`proxy_p99_ms`, `added_latency_ms`, `size_mib`, `requests`.
+`proxy_p99_ms`, `added_latency_ms`, `server_p50_ms` (GET /healthz: the server's own
+round trip), `lookup_p50_ms` (GET /api/v1/workspaces/bench: a request that reads the
+workspace from the store, as the proxy does), `size_mib`, `requests`.
 """
 
 from __future__ import annotations
@@ -157,6 +159,8 @@ def run(size_mib: int, requests: int, rounds: int) -> dict[str, Any]:
             proxy_mb_s = throughput(through, f"{proxied}/big.bin", rounds)
             direct_ms = latencies(plain, f"{direct}/small.txt", requests)
             proxy_ms = latencies(through, f"{proxied}/small.txt", requests)
+            server_ms = latencies(through, f"{url}/healthz", requests)
+            lookup_ms = latencies(through, f"{url}/api/v1/workspaces/bench", requests)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)
@@ -177,6 +181,8 @@ def run(size_mib: int, requests: int, rounds: int) -> dict[str, Any]:
         "proxy_p50_ms": round(proxy_p50, 3),
         "proxy_p99_ms": round(percentile(proxy_ms, 0.99), 3),
         "added_latency_ms": round(proxy_p50 - direct_p50, 3),
+        "server_p50_ms": round(statistics.median(server_ms), 3),
+        "lookup_p50_ms": round(statistics.median(lookup_ms), 3),
         "size_mib": size_mib,
         "requests": requests,
     }

@@ -32,6 +32,7 @@ from corral.server.workspace_access import (
     Route,
     authenticate,
     credentials,
+    forget_target,
     route,
     same_origin,
 )
@@ -182,6 +183,8 @@ async def proxy_http(request: Request, name: str, rest: str) -> Response:
     try:
         upstream = await client.send(upstream_request, stream=True)
     except httpx.HTTPError as error:
+        # Perhaps it moved or stopped: look it up afresh next time.
+        forget_target(store, name)
         detail = f"workload {name} does not answer on its port {target.port.name}: {error}"
         return JSONResponse({"detail": detail}, status_code=502)
     return _streaming(upstream, name, target)

@@ -9,6 +9,7 @@ assumption.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -91,10 +92,41 @@ def check_access(user: UserRecord, target: Target) -> None:
     raise Refused(404, f"workload {target.workload!r} not found")
 
 
+# Where workloads' tasks run, read from the store at most every TARGET_TTL seconds per
+# task: a page load is dozens of proxied requests. Access is checked on every request
+# (the project of a workload never changes); a task that stopped within the TTL answers
+# 502 instead of 409, for that long.
+TARGET_TTL = 2.0
+TARGETS_KEPT = 1024
+_targets: dict[tuple[int, str, int], tuple[float, Target]] = {}
+
+
+async def read_target(store: Store, name: str, task: int) -> Target:
+    """The store's Target of the task, remembered for TARGET_TTL seconds; NotFound."""
+    key = (id(store), name, task)
+    now = time.monotonic()
+    kept = _targets.get(key)
+    if kept is not None and now - kept[0] < TARGET_TTL:
+        return kept[1]
+    target = await run_in_threadpool(store.workspace_target, name, task)
+    if len(_targets) >= TARGETS_KEPT:
+        _targets.clear()
+    # Only a running, started task is remembered: the others are waited on.
+    if target.state == "running" and target.numbers:
+        _targets[key] = (now, target)
+    return target
+
+
+def forget_target(store: Store, name: str) -> None:
+    """Read the workload's tasks from the store again next time (it was stopped)."""
+    for key in [k for k in _targets if k[0] == id(store) and k[1] == name]:
+        _targets.pop(key, None)
+
+
 async def find_target(store: Store, user: UserRecord, name: str, task: int = 0) -> Target:
     """The running task `task` of workload `name`, which `user` may enter."""
     try:
-        target = await run_in_threadpool(store.workspace_target, name, task)
+        target = await read_target(store, name, task)
     except NotFound:
         raise Refused(404, f"workload {name!r} not found") from None
     check_access(user, target)

@@ -119,6 +119,7 @@ async def usage(api: ApiClient, query: Query) -> Json:
 
 Loader = Callable[[ApiClient, Query], Coroutine[Any, Any, Json]]
 
+
 async def workspaces(api: ApiClient, query: Query) -> Json:
     return {"workspaces": await api.get("/workspaces")}
 

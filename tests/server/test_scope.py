@@ -46,6 +46,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/workloads"): SUBMIT,
     ("POST", "/api/v1/workloads/batch"): SUBMIT,
     ("GET", "/api/v1/workloads"): READ,
+    ("GET", "/api/v1/workspaces/{name}"): READ_WORKLOAD,
+    ("GET", "/api/v1/workspaces"): READ,
     ("GET", "/api/v1/queues"): READ,
     ("GET", "/api/v1/queues/{name}"): READ,
     ("GET", "/api/v1/nodes"): READ,

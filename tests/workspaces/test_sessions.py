@@ -9,6 +9,7 @@ import os
 import pty
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -183,3 +184,45 @@ def sessions_stopped(
         "the restarted workspace to run its task",
     )
     assert again.stdout == checkpoint
+
+
+def test_a_slow_or_vanished_client_blocks_nobody_else(corral: Server) -> None:
+    """A client that stops reading a large answer, and one that goes away in the middle:
+    the server goes on answering everyone else, through the proxy too."""
+    made = corral.cli("exec", "web", "--", "/bin/sh", "-c", "head -c 67108864 /dev/zero > big.bin")
+    assert made.returncode == 0, made.stderr
+    host = corral.url.removeprefix("http://")
+    address, port = host.split(":")
+    request = (
+        f"GET /w/web/big.bin HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {corral.tokens['alice']}\r\n\r\n"
+    ).encode()
+    with contextlib.ExitStack() as stack:
+        slow = stack.enter_context(socket.create_connection((address, int(port))))
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.sendall(request)
+        assert slow.recv(4096).startswith(b"HTTP/1.1 200")
+        gone = socket.create_connection((address, int(port)))
+        gone.sendall(request)
+        assert gone.recv(4096).startswith(b"HTTP/1.1 200")
+        gone.close()
+        # The slow one reads nothing more; everyone else is served meanwhile.
+        with corral.http("alice") as http:
+            for _ in range(5):
+                assert http.get("/w/web/").status_code == 200
+                assert http.get("/healthz").status_code == 200
+
+
+def test_list_and_open_show_the_url(corral: Server) -> None:
+    listed = corral.cli("workspace", "list", "--json", who="alice")
+    assert listed.returncode == 0, listed.stderr
+    web = next(item for item in json.loads(listed.stdout) if item["name"] == "web")
+    assert web["status"] == "running" and web["ports"] == [
+        {"name": "main", "path": "/w/web/", "ready": True}
+    ]
+    assert web["idle_seconds"] is not None and web["active_at"] is not None
+    assert corral.cli("workspace", "list", who="bob").stdout.count("web") == 0
+    opened = corral.cli("open", "web", "--print", who="alice")
+    assert opened.returncode == 0 and opened.stdout.strip() == f"{corral.url}/w/web/"
+    refused = corral.cli("open", "web", "--print", who="bob")
+    assert refused.returncode != 0 and "not found" in refused.stderr

@@ -75,18 +75,21 @@ def test_a_cross_site_request_with_the_cookie_is_refused(corral: Server, noteboo
 def test_the_workload_never_sees_the_users_token(corral: Server, tmp_path: Path) -> None:
     """A web app that echoes its request headers: no Authorization, no corral cookie."""
     script = (
-        "import http.server, json, os\n"
+        "import http.server, json, os, threading\n"
         "class H(http.server.BaseHTTPRequestHandler):\n"
         "    def do_GET(self):\n"
-        "        body = json.dumps({'path': self.path, 'headers': dict(self.headers)}).encode()\n"
+        "        body = json.dumps({'path': self.path, 'headers': dict(self.headers),\n"
+        "                           'port': self.server.server_address[1]}).encode()\n"
         "        self.send_response(200)\n"
         "        self.send_header('Content-Type', 'application/json')\n"
         "        self.send_header('Set-Cookie', 'corral_token=stolen; Path=/')\n"
         "        self.send_header('Set-Cookie', 'app=1; Path=/')\n"
         "        self.end_headers()\n"
         "        self.wfile.write(body)\n"
-        "http.server.HTTPServer((os.environ['CORRAL_HOST'], int(os.environ['CORRAL_PORT'])),"
-        " H).serve_forever()\n"
+        "host = os.environ['CORRAL_HOST']\n"
+        "extra = http.server.HTTPServer((host, int(os.environ['CORRAL_PORT_EXTRA'])), H)\n"
+        "threading.Thread(target=extra.serve_forever, daemon=True).start()\n"
+        "http.server.HTTPServer((host, int(os.environ['CORRAL_PORT'])), H).serve_forever()\n"
     )
     import sys
 
@@ -113,6 +116,11 @@ def test_the_workload_never_sees_the_users_token(corral: Server, tmp_path: Path)
         assert answer.status_code == 200, answer.text
         seen = answer.json()
         assert seen["path"] == "/some/path?q=1"
+        # An encoded "/" stays encoded.
+        assert http.get("/w/echo/a%2Fb%20c").json()["path"] == "/a%2Fb%20c"
+        # The other declared port has its own path, without its prefix either.
+        other = http.get("/w/echo/extra/x").json()
+        assert other["path"] == "/x" and other["port"] != seen["port"]
         headers = {key.lower(): value for key, value in seen["headers"].items()}
         assert "authorization" not in headers
         assert headers.get("cookie") == "theirs=kept"

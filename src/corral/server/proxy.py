@@ -160,7 +160,7 @@ async def proxy_http(request: Request, name: str, rest: str) -> Response:
         request.state.user = user
         if by_cookie and not same_origin(request.headers):
             raise Refused(403, "cross-site request refused")
-        target, path = await route(store, user, name, rest)
+        target, path = await route(store, user, name, rest, request.scope.get("raw_path"))
     except Refused as error:
         return _refusal(error, request, _browser(request))
     await request.app.state.activity.touch(target.target.workload)
@@ -170,7 +170,7 @@ async def proxy_http(request: Request, name: str, rest: str) -> Response:
         headers.append(("cookie", cookies))
     headers.append(("x-forwarded-host", request.headers.get("host", "")))
     headers.append(("x-forwarded-proto", request.url.scheme))
-    url = f"http://{target.host}:{target.number}{quote(path, safe='/%:@!$&()*+,;=~-._')}"
+    url = f"http://{target.host}:{target.number}{path}"
     client: httpx.AsyncClient = request.app.state.proxy_client
     body = await request.body()
     upstream_request = client.build_request(
@@ -222,13 +222,13 @@ async def proxy_websocket(websocket: WebSocket, name: str, rest: str) -> None:
         user = await authenticate(store, token)
         if not same_origin(websocket.headers):
             raise Refused(403, "cross-site WebSocket refused")
-        target, path = await route(store, user, name, rest)
+        target, path = await route(store, user, name, rest, websocket.scope.get("raw_path"))
     except Refused as error:
         await deny(websocket, error)
         return
     await websocket.app.state.activity.touch(target.target.workload)
     query = websocket.url.query
-    url = f"ws://{target.host}:{target.number}{quote(path, safe='/%:@!$&()*+,;=~-._')}"
+    url = f"ws://{target.host}:{target.number}{path}"
     if query:
         url += f"?{query}"
     headers = [(k, v) for k, v in websocket.headers.items() if k.lower() not in WS_SKIP]

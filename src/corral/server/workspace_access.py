@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -174,16 +174,25 @@ def number_of(target: Target, port: PortSpec) -> int:
     return int(number)
 
 
-async def route(store: Store, user: UserRecord, name: str, rest: str) -> tuple[Route, str]:
-    """Where /w/NAME/REST goes, and the path to send there."""
+# Characters left as they are when a decoded path is encoded again.
+PATH_SAFE = "/:@!$&'()*+,;=~-._"
+
+
+async def route(
+    store: Store, user: UserRecord, name: str, rest: str, raw: bytes | None = None
+) -> tuple[Route, str]:
+    """Where /w/NAME/REST goes, and the path to send there, percent-encoded: taken from
+    the request's `raw` path when given, so that an encoded "/" (%2F) stays encoded."""
     target = await find_target(store, user, name)
     first, _, remainder = rest.partition("/")
     port, consumed = choose_port(target, first)
     number = number_of(target, port)
     prefix = f"/w/{name}/{port.name}/" if consumed else f"/w/{name}/"
-    path = "/" + (remainder if consumed else rest)
-    if port.base_url:
-        path = prefix + (remainder if consumed else rest)
+    tail = remainder if consumed else rest
+    path = quote(prefix + tail if port.base_url else "/" + tail, safe=PATH_SAFE)
+    sent = raw.decode("latin-1") if raw else ""
+    if sent.startswith(prefix):
+        path = sent if port.base_url else "/" + sent[len(prefix) :]
     assert target.address is not None
     strip = "" if port.base_url else prefix
     return Route(target, port, host_of(target.address), number, strip), path

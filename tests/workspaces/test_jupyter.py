@@ -55,3 +55,12 @@ def test_a_kernel_runs_one_plus_one_over_the_websocket(corral: Server, notebook:
     assert result == "2"
     with corral.http("alice") as http:
         assert http.delete(f"/w/{notebook}/api/kernels/{kernel}").status_code == 204
+    # Writes through the proxy are audited, with who made them.
+    with corral.api() as api:
+        records = api.get("/audit").json()
+    made = [
+        (r["method"], r["user"], r["status"])
+        for r in records
+        if r["path"] == f"/w/{notebook}/api/kernels"
+    ]
+    assert ("POST", "alice", 201) in made

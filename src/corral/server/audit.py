@@ -122,7 +122,6 @@ class Audit:
         for message in held:
             await send(message)
 
-
     async def _passed_on(self, scope: Scope, receive: Receive, send: Send, at: float) -> None:
         """A write through the workspace proxy, recorded once answered: its answer streams
         from the workload as it comes, and holding it here would hold all of it."""

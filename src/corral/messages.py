@@ -42,6 +42,9 @@ class TaskLaunch:
     # Which binding of the task this is: an end reported for another launch of the same
     # task (evicted and bound again while its workload kept running) is not this one's.
     launch: int | None = None
+    # Names of the ports the task listens on: the agent picks a free number for each on
+    # its node, gives it as CORRAL_PORT / CORRAL_PORT_<NAME> and reports it (task_ports).
+    ports: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, int]:
@@ -79,6 +82,9 @@ class Reports(Protocol):
         `attempt` and `launch` are those the process was launched with (`TaskLaunch`): the
         end of an earlier attempt, or of an earlier launch of the task in this attempt, is
         not the end of the task bound now."""
+
+    def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
+        """The port numbers the agent gave the task's declared ports, by name."""
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive."""

@@ -50,6 +50,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/workloads"): READ,
     ("GET", "/api/v1/history"): READ,
     ("GET", "/api/v1/starts"): READ,
+    ("GET", "/api/v1/workspaces/{name}"): READ_WORKLOAD,
+    ("GET", "/api/v1/workspaces"): READ,
     ("GET", "/api/v1/queues"): READ,
     ("GET", "/api/v1/queues/{name}"): READ,
     ("GET", "/api/v1/nodes"): READ,

@@ -14,10 +14,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from corral.agent.exec import ExecSession, Sessions, spawn
 from corral.agent.identity import (
     Identity,
     default_workloads_dir,
@@ -28,6 +29,7 @@ from corral.agent.identity import (
     unfit,
     workload_directory,
 )
+from corral.agent.ports import allocate, port_variables
 from corral.agent.process import TaskProcess
 from corral.agent.telemetry import Holder, Sampler, interval_from_env
 from corral.messages import Reports, TaskLaunch, TaskStop
@@ -45,6 +47,8 @@ class _Task:
     deadline: float | None = None  # max runtime
     # Why the agent gave up on it (it could not be adopted, say); reported as its end.
     failure: str | None = None
+    # The numbers of its declared ports on this node, reported once it has started.
+    ports: dict[str, int] = field(default_factory=dict)
 
 
 class Agent:
@@ -61,8 +65,13 @@ class Agent:
         sample_interval: float | None = None,
         workloads_dir: Path | None = None,
         run_as_submitter: bool | None = None,
+        address: str = "127.0.0.1",
     ) -> None:
         self.node = node
+        # Where tasks listen for the server's proxy (the node's address in the store).
+        self.address = address
+        # `corral exec` and `corral shell` processes, stopped with their workload's task.
+        self.sessions = Sessions()
         self.data_dir = data_dir
         self.workloads_dir = workloads_dir or default_workloads_dir(data_dir)
         # As root, each task runs as its submitter's account (see corral.agent.identity).
@@ -129,6 +138,7 @@ class Agent:
                         # Never started: nothing to signal.
                         del self._tasks[(stop.workload, number)]
                         continue
+                    self.sessions.stop_workload(stop.workload)
                     if task.stop_reason is None:
                         task.stop_reason = stop.reason
                         task.kill_at = time.time() + stop.grace
@@ -171,6 +181,7 @@ class Agent:
                 if outcome is not None:
                     del self._tasks[key]
                     ended.append((task, *outcome))
+                    self.sessions.stop_workload(task.launch.workload)
         self._report(started, ended)
 
     def _advance(
@@ -228,6 +239,15 @@ class Agent:
                     ),
                 )
             )
+            if task.ports:
+                calls.append(
+                    (
+                        "task ports",
+                        partial(
+                            reports.task_ports, self.node, launch.workload, launch.task, task.ports
+                        ),
+                    )
+                )
         for task, exit_code, reason in ended:
             launch = task.launch
             calls.append(
@@ -298,6 +318,9 @@ class Agent:
             variables["CORRAL_TELEMETRY_FILE"] = str(
                 self.telemetry_path(launch.workload, launch.task)
             )
+            if launch.ports:
+                task.ports = allocate(launch.ports, self.address)
+                variables.update(port_variables(launch.workload, self.address, task.ports))
             task.process = self.spawn_process(
                 list(launch.command),
                 task_environment(variables, identity),
@@ -352,8 +375,37 @@ class Agent:
         self._thread = threading.Thread(target=self.run, name=f"agent-{self.node}", daemon=True)
         self._thread.start()
 
+    def open_session(self, workload: str, task: int, command: list[str], tty: bool) -> ExecSession:
+        """Run `command` beside a running task, in its environment (variables, devices,
+        ports, working directory, Unix account), as this agent's child; stopped with the
+        task. LookupError when the task does not run here; OSError or ValueError when the
+        command cannot start."""
+        with self._lock:
+            found = self._tasks.get((workload, task))
+            if found is None or found.process is None or found.stop_reason is not None:
+                raise LookupError(f"task {task} of {workload} is not running on {self.node}")
+            launch, ports = found.launch, dict(found.ports)
+        identity = self._identity(launch)
+        folder = workload_directory(self.workloads_dir, launch.workload, identity)
+        variables = dict(launch.env)
+        variables["CORRAL_CHECKPOINT_DIR"] = str(folder / "checkpoints")
+        if ports:
+            variables.update(port_variables(launch.workload, self.address, ports))
+        session = spawn(
+            workload,
+            command,
+            task_environment(variables, identity),
+            str(folder / launch.workdir) if launch.workdir else str(folder),
+            identity if self.run_as_submitter else None,
+            tty,
+        )
+        self.sessions.add(session)
+        return session
+
     def close(self) -> None:
-        """Stop watching; the tasks keep running and are adopted by the next agent."""
+        """Stop watching; the tasks keep running and are adopted by the next agent. Exec
+        sessions, the agent's own children, end with it."""
+        self.sessions.stop_all()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)

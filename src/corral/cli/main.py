@@ -17,6 +17,7 @@ from corral.cli.logs import logs_command
 from corral.cli.nodes import node_app, nodes_command
 from corral.cli.plan import plan_command
 from corral.cli.project import project_app, queues_command
+from corral.cli.remote import exec_command, port_forward_command, shell_command
 from corral.cli.report import report_app
 from corral.cli.secrets import secret_app
 from corral.cli.server import server_command
@@ -33,6 +34,7 @@ from corral.cli.workloads import (
     suspend_command,
     why_command,
 )
+from corral.cli.workspace import open_command, workspace_app
 
 app = typer.Typer(
     name="corral",
@@ -81,3 +83,8 @@ app.command("up")(up_command)
 app.command("demo")(demo_command)
 app.command("logs")(logs_command)
 app.command("simulate")(simulate)
+app.add_typer(workspace_app, name="workspace")
+app.command("open")(open_command)
+app.command("exec")(exec_command)
+app.command("shell")(shell_command)
+app.command("port-forward")(port_forward_command)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from corral.agent import Agent
+from corral.agent.exec import ExecSession
 from corral.messages import Reports, TaskLaunch, TaskStop
 
 
@@ -41,6 +42,22 @@ class LocalCluster:
             agent = self.agents.get(node)
             if agent is not None:
                 agent.stop(group)
+
+    def open_session(
+        self, node: str, workload: str, task: int, command: list[str], tty: bool
+    ) -> ExecSession:
+        """Run a command beside a task on `node` (see Agent.open_session); LookupError
+        when no agent of this cluster runs it."""
+        agent = self.agents.get(node)
+        if agent is None:
+            raise LookupError(f"node {node} has no agent here")
+        return agent.open_session(workload, task, command, tty)
+
+    def forget_session(self, node: str, session: ExecSession) -> None:
+        """The session's bridge is over; its agent stops tracking it."""
+        agent = self.agents.get(node)
+        if agent is not None:
+            agent.sessions.forget(session)
 
     def running(self, node: str) -> set[tuple[str, int]] | None:
         agent = self.agents.get(node)

@@ -420,6 +420,8 @@ class RayCluster:
                 continue
             if kind == "started":
                 reports.task_started(agent.name, workload, task, item[4], item[5])
+            elif kind == "ports":
+                reports.task_ports(agent.name, workload, task, item[4])
             else:
                 reports.task_ended(
                     agent.name,

@@ -26,6 +26,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,11 @@ class _Buffer:
             attempt = known if attempt is None else attempt
             self.items.append(("ended", workload, task, attempt, exit_code, reason, launch))
             self.added.notify_all()
+
+    def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
+        with self.lock:
+            attempt = self.attempts.get((workload, task), -1)
+            self.items.append(("ports", workload, task, attempt, dict(ports)))
 
     def heartbeat(self, node: str) -> None:
         """Nothing to do: the server's drain is the heartbeat."""

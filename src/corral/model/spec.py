@@ -16,6 +16,20 @@ from corral.model.types import (
 
 
 @dataclass(frozen=True, slots=True)
+class PortSpec:
+    """A port a workload's task listens on, reached through the server's proxy at
+    /w/WORKLOAD/ (`main`) or /w/WORKLOAD/NAME/. The agent picks the number on the node.
+    `base_url`: the program serves under that path itself (Jupyter's base_url), so the
+    proxy passes the full path; otherwise it strips the /w/... prefix."""
+
+    name: str
+    base_url: bool = False
+
+
+MAIN_PORT = "main"
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     """A submission: what to run, where it may run, and how it is scheduled."""
 
@@ -41,6 +55,8 @@ class WorkloadSpec:
     after: tuple[Dependency, ...] = ()
     kill_on_invalid_dep: bool = False
     array: ArrayMember | None = None
+    # Ports its tasks listen on (a workspace's); empty for most workloads.
+    ports: tuple[PortSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from corral.sdk.types import (
     WhyOut,
     WorkloadOut,
     WorkloadStatus,
+    WorkspaceOut,
 )
 
 API_PREFIX = "/api/v1"
@@ -267,6 +268,15 @@ class Client:
 
     def get_workload(self, name: str) -> WorkloadOut:
         return cast(WorkloadOut, self._request("GET", f"/workloads/{_segment(name)}"))
+
+    def list_workspaces(self, project: str | None = None) -> list[WorkspaceOut]:
+        """Workloads that declare ports, of the projects the caller may enter."""
+        params = {"project": project} if project else None
+        return cast(list[WorkspaceOut], self._request("GET", "/workspaces", params=params))
+
+    def get_workspace(self, name: str) -> WorkspaceOut:
+        """One workspace: status, node, ports (path, ready) and idle time."""
+        return cast(WorkspaceOut, self._request("GET", f"/workspaces/{_segment(name)}"))
 
     def delete_workload(self, name: str) -> None:
         """Delete a workload; its tasks are stopped if they run."""

@@ -188,6 +188,11 @@ class PlacementOut(TypedDict):
     gpu: float
 
 
+class PortOut(TypedDict):
+    name: str
+    base_url: bool
+
+
 class QueueOut(TypedDict):
     name: str
     parent: str | None
@@ -362,6 +367,8 @@ class WorkloadOut(TypedDict):
     # "NAME:ok" or "NAME:any"
     after: list[str]
     kill_on_invalid_dep: bool
+    # its declared ports
+    ports: list[PortOut]
 
 
 class WorkloadPoint(TypedDict):
@@ -380,3 +387,24 @@ class WorkloadPoint(TypedDict):
 class WorkloadSeriesOut(TypedDict):
     workload: str
     series: list[WorkloadPoint]
+
+
+class WorkspaceOut(TypedDict):
+    name: str
+    project: str
+    user: str
+    status: WorkloadStatus
+    node: str | None
+    ports: list[WorkspacePortOut]
+    # when the proxy last carried its traffic
+    active_at: float | None
+    # seconds since its last proxied traffic (or its start), while running
+    idle_seconds: float | None
+
+
+class WorkspacePortOut(TypedDict):
+    name: str
+    # where the proxy serves it on this server
+    path: str
+    # its agent has reported the port's number
+    ready: bool

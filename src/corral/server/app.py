@@ -16,7 +16,9 @@ from corral.server.body_limit import BodyLimit
 from corral.server.dashboard import install as install_dashboard
 from corral.server.deps import API
 from corral.server.errors import install_error_handlers
+from corral.server.exec_bridge import router as exec_router
 from corral.server.options import AllowedMethods
+from corral.server.proxy import install as install_proxy
 from corral.server.rate_limit import RateLimiter
 from corral.server.routers import ROUTERS
 from corral.server.visibility import install_visibility
@@ -65,4 +67,6 @@ def create_app(
         app.include_router(router)
     install_visibility(app, store, background.loop)
     install_dashboard(app)
+    app.include_router(exec_router)
+    install_proxy(app)
     return app

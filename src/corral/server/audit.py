@@ -68,6 +68,10 @@ class AuditLog:
         return [None] * len(batch)
 
 
+# The workspace proxy's paths (corral.server.proxy).
+PROXIED = "/w/"
+
+
 class Audit:
     """Record every write request in the audit log before its answer is sent, and refuse
     writes over their token's rate limit with 429."""
@@ -97,6 +101,9 @@ class Audit:
                 )
                 await response(scope, receive, send)
                 return
+        if scope["path"].startswith(PROXIED):
+            await self._passed_on(scope, receive, send, at)
+            return
         held: list[Message] = []
         status = 500
 
@@ -114,6 +121,23 @@ class Audit:
             await self.log.record(_record(scope, at, user.name if user else None, status))
         for message in held:
             await send(message)
+
+    async def _passed_on(self, scope: Scope, receive: Receive, send: Send, at: float) -> None:
+        """A write through the workspace proxy, recorded once answered: its answer streams
+        from the workload as it comes, and holding it here would hold all of it."""
+        status = 500
+
+        async def passing(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, passing)
+        finally:
+            user = scope.get("state", {}).get("user")
+            await self.log.record(_record(scope, at, user.name if user else None, status))
 
 
 def _bearer(scope: Scope) -> str | None:

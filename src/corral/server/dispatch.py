@@ -123,6 +123,7 @@ def launches(
                 pid=state.pid if state.state == "running" else None,
                 proc_start=state.proc_start if state.state == "running" else None,
                 unix_user=(accounts or {}).get(spec.user) if spec.user else None,
+                ports=tuple(port.name for port in spec.ports),
             )
         )
     return result
@@ -234,6 +235,9 @@ class Dispatcher:
 
     def task_started(self, node: str, workload: str, task: int, pid: int, proc_start: int) -> None:
         self.reports.put(Started(node, workload, task, pid, proc_start))
+
+    def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
+        self.store.task_ports(workload, task, ports, node)
 
     def task_ended(
         self,

@@ -25,7 +25,7 @@ from corral.model import (
     resolve_priority,
 )
 from corral.model.arrays import parse_array, parse_dependency
-from corral.model.spec import Device, NodeSpec, WorkloadSpec
+from corral.model.spec import Device, NodeSpec, PortSpec, WorkloadSpec
 from corral.server.accounts import is_root_account
 from corral.server.rules import RuleOut, RulesIn
 from corral.store.records import UserRecord
@@ -283,6 +283,26 @@ class TopologyIn(Body):
     required: bool = True
 
 
+PORT_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+class PortIn(Body):
+    """A port the workload's task listens on (a workspace's), reached at /w/NAME/ for
+    `main` and at /w/NAME/PORT/ for the others."""
+
+    name: Annotated[str, Field(pattern=PORT_PATTERN, min_length=1, max_length=31)] = "main"
+    base_url: bool = Field(
+        False,
+        description="the program serves under CORRAL_BASE_URL itself (Jupyter's base_url): "
+        "the proxy passes the full path instead of stripping /w/NAME/",
+    )
+
+
+class PortOut(BaseModel):
+    name: str
+    base_url: bool
+
+
 class WorkloadIn(Body):
     name: Name | None = Field(None, description="generated from the project when left out")
     project: Name
@@ -339,6 +359,20 @@ class WorkloadIn(Body):
     def _array(cls, value: str | None) -> str | None:
         if value is not None:
             parse_array(value)
+        return value
+
+    ports: list[PortIn] = Field(
+        default_factory=list,
+        max_length=8,
+        description="ports its task listens on, proxied by the server (a workspace)",
+    )
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, value: list[PortIn]) -> list[PortIn]:
+        names = [port.name for port in value]
+        if len(set(names)) != len(names):
+            raise ValueError("port names must differ")
         return value
 
     @field_validator("priority")
@@ -426,6 +460,7 @@ class WorkloadIn(Body):
             grace_period=(0.0 if self.grace_period == 0 else duration_seconds(self.grace_period)),
             after=tuple(parse_dependency(text) for text in dict.fromkeys(self.after)),
             kill_on_invalid_dep=self.kill_on_invalid_dep,
+            ports=tuple(PortSpec(port.name, port.base_url) for port in self.ports),
         )
 
 
@@ -465,6 +500,25 @@ class ArrayOut(BaseModel):
     limit: int | None = Field(description="members that may run at once; null: any number")
 
 
+class WorkspacePortOut(BaseModel):
+    name: str
+    path: str = Field(description="where the proxy serves it on this server")
+    ready: bool = Field(description="its agent has reported the port's number")
+
+
+class WorkspaceOut(BaseModel):
+    name: str
+    project: str
+    user: str
+    status: Literal["pending", "running", "suspended", "succeeded", "failed", "cancelled"]
+    node: str | None
+    ports: list[WorkspacePortOut]
+    active_at: float | None = Field(description="when the proxy last carried its traffic")
+    idle_seconds: float | None = Field(
+        description="seconds since its last proxied traffic (or its start), while running"
+    )
+
+
 class WorkloadOut(BaseModel):
     name: str
     project: str
@@ -494,6 +548,7 @@ class WorkloadOut(BaseModel):
     array: ArrayOut | None = Field(None, description="the array it belongs to, if any")
     after: list[str] = Field(default_factory=list, description='"NAME:ok" or "NAME:any"')
     kill_on_invalid_dep: bool = False
+    ports: list[PortOut] = Field(default_factory=list, description="its declared ports")
 
 
 class EventOut(BaseModel):

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from corral.model import Node, Placement, Queue, Resources, TaskGroup, Topology
 from corral.model.arrays import ArrayMember, Dependency
-from corral.model.spec import Device, WorkloadSpec
+from corral.model.spec import Device, PortSpec, WorkloadSpec
 from corral.store.records import NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
 
@@ -135,6 +135,7 @@ def workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> dict[str, A
         "max_runtime": spec.max_runtime,
         "backoff_limit": spec.backoff_limit,
         "grace_period": spec.grace_period,
+        "ports": [{"name": p.name, "base_url": p.base_url} for p in spec.ports],
         "status": "pending",
         "reason": waiting_reason(spec),
         "attempts": 0,
@@ -217,6 +218,7 @@ def spec_of(row: Any, project: str, task_groups: tuple[TaskGroup, ...]) -> Workl
             if row.array_name is not None
             else None
         ),
+        ports=tuple(PortSpec(p["name"], bool(p.get("base_url"))) for p in row.ports or ()),
     )
 
 

@@ -31,6 +31,7 @@ import corral.store.summaries as summaries
 import corral.store.tasks as tasks
 import corral.store.usage as usage
 import corral.store.workloads as workloads
+import corral.store.workspaces as workspaces
 from corral.model import Decisions, Queue, Snapshot, Workload
 from corral.model.spec import NodeSpec, WorkloadSpec
 from corral.store.audit import AuditQuery, AuditRecord
@@ -379,6 +380,29 @@ class Store(Database):
         """Record a task's process; False when the task is no longer bound (stop it)."""
         with self.write(relevant=False) as session:
             return tasks.task_started(session, workload, task, pid, proc_start)
+
+    def task_ports(
+        self, workload: str, task: int, ports: Mapping[str, int], node: str | None = None
+    ) -> bool:
+        """Record the numbers an agent gave a task's ports; False when it is not bound (on
+        `node`, when given)."""
+        with self.write(relevant=False) as session:
+            return workspaces.task_ports(session, workload, task, ports, node)
+
+    def workspace_target(self, workload: str, task: int = 0) -> workspaces.Target:
+        """Where a workload's task runs, with its ports (corral.store.workspaces)."""
+        with self.read() as session:
+            return workspaces.target(session, workload, task)
+
+    def mark_active(self, names: Collection[str], at: float) -> None:
+        """The proxy carried these workloads' traffic at `at` (idle detection)."""
+        with self.write(relevant=False) as session:
+            workspaces.mark_active(session, names, at)
+
+    def active_at(self, names: Collection[str]) -> dict[str, float]:
+        """When the proxy last carried each of these workloads' traffic."""
+        with self.read() as session:
+            return workspaces.active_at(session, names)
 
     def task_ended(
         self,

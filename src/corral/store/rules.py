@@ -201,6 +201,9 @@ def enforce_rules(store: Database, now: float | None = None) -> list[Enforced]:
                 _stop(session, row, "failed", "max-runtime", reason, now)
                 continue
             since = quiet.get(row.name)
+            if since is not None and row.active_at is not None:
+                # A workspace is idle only once its proxy traffic has stopped too.
+                since = max(since, row.active_at)
             if idle is not None and since is not None and now - since >= idle.seconds:
                 reason = (
                     f"GPUs idle for {format_duration(idle.seconds)} (rule of queue "

@@ -126,6 +126,10 @@ class WorkloadRow(Base):
     backoff_limit: Mapped[int] = mapped_column(Integer, default=0)
     # Seconds between SIGTERM and SIGKILL when the workload is stopped or preempted.
     grace_period: Mapped[float] = mapped_column(Float, default=DEFAULT_GRACE_PERIOD)
+    # Declared ports, [{"name": ..., "base_url": bool}]; NULL before 0006_ws.
+    ports: Mapped[list[Any] | None] = mapped_column(JSON, default=list)
+    # When the proxy last carried traffic to it (idle detection of workspaces).
+    active_at: Mapped[float | None] = mapped_column(Float)
     # pending | running | succeeded | failed | suspended | cancelled
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
@@ -201,6 +205,8 @@ class PlacementRow(Base):
     # echoed by its process's end: the end of a task stopped earlier is not this one's.
     # NULL for placements from before 0006.
     launch: Mapped[int | None] = mapped_column(Integer)
+    # Port name -> number on its node, as the agent reported them (task_ports).
+    ports: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="placements")
     node: Mapped[NodeRow] = relationship()

@@ -48,6 +48,10 @@ class ApiClient:
     async def raw(self, path: str, params: Any = None) -> httpx.Response:
         return await self._client.get(path, params=params)
 
+    async def post(self, path: str) -> httpx.Response:
+        """A POST without a body (suspend, resume)."""
+        return await self._client.post(path)
+
     async def get(self, path: str, **params: Any) -> Any:
         """The JSON of a GET; ApiError when the API answers anything but 200."""
         response = await self.raw(path, {k: v for k, v in params.items() if v not in (None, "")})

@@ -119,10 +119,16 @@ async def usage(api: ApiClient, query: Query) -> Json:
 
 Loader = Callable[[ApiClient, Query], Coroutine[Any, Any, Json]]
 
+
+async def workspaces(api: ApiClient, query: Query) -> Json:
+    return {"workspaces": await api.get("/workspaces")}
+
+
 PAGES: dict[str, Loader] = {
     "overview": overview,
     "queues": queues,
     "workloads": workloads,
     "nodes": nodes,
     "usage": usage,
+    "workspaces": workspaces,
 }

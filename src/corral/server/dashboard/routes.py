@@ -37,6 +37,7 @@ PAGE_PATHS = {
     "/workloads": "workloads",
     "/nodes": "nodes",
     "/usage": "usage",
+    "/workspaces": "workspaces",
 }
 SECURITY_HEADERS = {
     # Plotly adds <style> elements of its own; no script runs but our files.
@@ -159,7 +160,7 @@ async def login(request: Request) -> Response:
         COOKIE,
         token,
         httponly=True,
-        samesite="lax",
+        samesite="strict",
         secure=request.url.scheme == "https",
         path="/",
     )
@@ -238,4 +239,7 @@ def static(name: str) -> Response:
 
 def install(app: FastAPI) -> None:
     """Serve the dashboard from `app`: pages at /, their scripts' API bridge at /ui/api."""
+    from corral.server.dashboard.workspaces import router as workspaces
+
     app.include_router(router)
+    app.include_router(workspaces)

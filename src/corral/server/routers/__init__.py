@@ -17,12 +17,14 @@ from corral.server.routers import (
     tokens,
     users,
     workloads,
+    workspaces,
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
     queues.router,
     workloads.router,
     lifecycle.router,
+    workspaces.router,
     nodes.router,
     cluster.router,
     users.router,

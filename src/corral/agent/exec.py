@@ -1,0 +1,171 @@
+"""Commands run beside a task (`corral exec`, `corral shell`): in the task's environment
+(its variables, devices, working directory and Unix account), as children of the agent,
+with a pseudo-terminal for a shell. They are stopped when their workload's task stops."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pty
+import signal
+import struct
+import subprocess
+import termios
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from corral.agent.identity import Identity
+
+# A window size a terminal cannot have; larger values are clamped.
+MAX_WINDOW = 1000
+
+
+@dataclass
+class ExecSession:
+    """One command's process group with its standard streams as non-blocking fds: `output`
+    (stdout, or the terminal), `errors` (stderr; None with a terminal) and `input`."""
+
+    workload: str
+    process: subprocess.Popen[bytes]
+    input: int
+    output: int
+    errors: int | None
+    tty: bool
+    closed: bool = field(default=False)
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Set the terminal's window size (no terminal: nothing to do)."""
+        if not self.tty:
+            return
+        rows, cols = max(1, min(rows, MAX_WINDOW)), max(1, min(cols, MAX_WINDOW))
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(self.output, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def end_input(self) -> None:
+        """No more input: close stdin (with a terminal, send end-of-file, ^D)."""
+        if self.tty:
+            with contextlib.suppress(OSError):
+                os.write(self.input, b"\x04")
+            return
+        with contextlib.suppress(OSError):
+            os.close(self.input)
+
+    def kill(self) -> None:
+        """Stop the whole process group at once: the session is over."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    def release(self) -> None:
+        """Kill the group, reap it and close our ends of its streams."""
+        if self.closed:
+            return
+        self.closed = True
+        self.kill()
+        with contextlib.suppress(Exception):
+            self.process.wait(timeout=5)
+        for fd in {self.input, self.output, self.errors}:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def _controlling_terminal() -> None:
+    # In the child, after setsid: the pty on fd 0 becomes its controlling terminal, so
+    # that ^C and job control reach the shell's foreground job.
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def spawn(
+    workload: str,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    workdir: str,
+    identity: Identity | None,
+    tty: bool,
+) -> ExecSession:
+    """Start `command` in a session of its own, as `identity` when given (a root agent),
+    in `workdir`, with exactly `env`; with a pseudo-terminal when `tty`. OSError or
+    ValueError when it cannot start."""
+    uid = identity.uid if identity is not None else None
+    gid = identity.gid if identity is not None else None
+    groups = list(identity.groups) if identity is not None else None
+    if tty:
+        primary, secondary = pty.openpty()
+        try:
+            process = subprocess.Popen(
+                list(command),
+                env=dict(env),
+                cwd=workdir,
+                stdin=secondary,
+                stdout=secondary,
+                stderr=secondary,
+                start_new_session=True,
+                preexec_fn=_controlling_terminal,
+                user=uid,
+                group=gid,
+                extra_groups=groups,
+            )
+        except BaseException:
+            os.close(primary)
+            raise
+        finally:
+            os.close(secondary)
+        os.set_blocking(primary, False)
+        return ExecSession(workload, process, primary, primary, None, True)
+    process = subprocess.Popen(
+        list(command),
+        env=dict(env),
+        cwd=workdir,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        user=uid,
+        group=gid,
+        extra_groups=groups,
+    )
+    assert process.stdin and process.stdout and process.stderr
+    # The fds are handed to the session, which closes them; the file objects must not.
+    fds = [os.dup(stream.fileno()) for stream in (process.stdin, process.stdout, process.stderr)]
+    for stream in (process.stdin, process.stdout, process.stderr):
+        stream.close()
+    for fd in fds:
+        os.set_blocking(fd, False)
+    return ExecSession(workload, process, fds[0], fds[1], fds[2], False)
+
+
+class Sessions:
+    """The agent's live exec sessions by workload, to stop them with their task."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_workload: dict[str, set[int]] = {}
+        self._sessions: dict[int, ExecSession] = {}
+
+    def add(self, session: ExecSession) -> None:
+        with self._lock:
+            self._sessions[id(session)] = session
+            self._by_workload.setdefault(session.workload, set()).add(id(session))
+
+    def forget(self, session: ExecSession) -> None:
+        """The session is over (its bridge ended); it is no longer tracked."""
+        with self._lock:
+            self._sessions.pop(id(session), None)
+            self._by_workload.get(session.workload, set()).discard(id(session))
+
+    def stop_workload(self, workload: str) -> None:
+        """Kill every session of `workload`: its task stopped. Their bridges see the end
+        of their output and close."""
+        with self._lock:
+            doomed = [self._sessions[key] for key in self._by_workload.pop(workload, set())]
+        for session in doomed:
+            session.kill()
+
+    def stop_all(self) -> None:
+        with self._lock:
+            doomed = list(self._sessions.values())
+            self._by_workload.clear()
+        for session in doomed:
+            session.kill()

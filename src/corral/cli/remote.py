@@ -1,0 +1,243 @@
+"""`corral exec`, `corral shell` and `corral port-forward`: WebSockets to the server, which
+runs the command beside the task (as its Unix account, in its environment) or connects
+to one of its declared ports (see corral.server.exec_bridge)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import termios
+import threading
+import tty
+from collections.abc import Callable
+from types import FrameType
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+import typer
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from corral.cli.common import CliError, InvalidInput, reported_errors
+from corral.cli.config import credentials
+
+CHUNK = 64 * 1024
+
+
+def _ws_url(path: str, query: dict[str, Any] | None = None) -> tuple[str, str]:
+    found = credentials()
+    base = found.server.rstrip("/")
+    scheme = "wss" if base.startswith("https://") else "ws"
+    url = f"{scheme}://{base.split('://', 1)[1]}/api/v1{path}"
+    if query:
+        url += "?" + urlencode(query, doseq=True)
+    return url, found.token
+
+
+def open_socket(path: str, query: dict[str, Any] | None = None) -> ClientConnection:
+    """A WebSocket to the server, authenticated by the logged-in token; CliError with the
+    server's reason when it refuses."""
+    url, token = _ws_url(path, query)
+    try:
+        return connect(
+            url,
+            additional_headers={"Authorization": f"Bearer {token}"},
+            max_size=16 << 20,
+            open_timeout=30,
+            proxy=None,
+        )
+    except InvalidStatus as error:
+        body = error.response.body or b""
+        try:
+            detail = json.loads(body)["detail"]
+        except (ValueError, KeyError, TypeError):
+            detail = body.decode("utf-8", "replace") or "refused"
+        raise CliError(f"{error.response.status_code}: {detail}") from None
+    except OSError as error:
+        raise CliError(f"cannot reach the server: {error}") from None
+
+
+def _session_query(command: list[str], tty_wanted: bool, task: int) -> dict[str, Any]:
+    return {"command": command, "tty": "true" if tty_wanted else "false", "task": str(task)}
+
+
+def run_session(name: str, command: list[str], tty_wanted: bool, task: int) -> int:
+    """Run a command beside the task with our stdin, stdout and stderr; its exit code."""
+    path = f"/workloads/{quote(name, safe='')}/exec"
+    with open_socket(path, _session_query(command, tty_wanted, task)) as ws:
+        return _attached(ws, tty_wanted)
+
+
+def _attached(ws: ClientConnection, tty_wanted: bool) -> int:
+    """Our terminal or streams attached to the session until it ends; its exit code."""
+    restore: Callable[[], None] = lambda: None  # noqa: E731
+    if tty_wanted and sys.stdin.isatty():
+        saved = termios.tcgetattr(sys.stdin.fileno())
+        tty.setraw(sys.stdin.fileno())
+
+        def restore() -> None:
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
+
+        _send_size(ws)
+        signal.signal(signal.SIGWINCH, lambda number, frame: _send_size(ws))
+    feeder = threading.Thread(target=_feed, args=(ws, tty_wanted), daemon=True)
+    feeder.start()
+    code = 255
+    try:
+        for message in ws:
+            if isinstance(message, bytes):
+                stream = sys.stdout if message[:1] == b"\x01" else sys.stderr
+                stream.buffer.write(message[1:])
+                stream.buffer.flush()
+            else:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    code = int(json.loads(message)["exit"])
+    except ConnectionClosed:
+        pass
+    finally:
+        restore()
+    return code
+
+
+def _send_size(ws: ClientConnection) -> None:
+    with contextlib.suppress(OSError, ConnectionClosed):
+        size = os.get_terminal_size(sys.stdin.fileno())
+        ws.send(json.dumps({"resize": [size.lines, size.columns]}))
+
+
+def _feed(ws: ClientConnection, tty_wanted: bool) -> None:
+    """Our stdin to the session, then end-of-input."""
+    fd = sys.stdin.fileno()
+    try:
+        while True:
+            data = os.read(fd, CHUNK)
+            if not data:
+                break
+            ws.send(data)
+        if not tty_wanted:
+            ws.send(json.dumps({"eof": True}))
+    except (OSError, ConnectionClosed):
+        return
+
+
+def exec_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The workload.")],
+    command: Annotated[list[str], typer.Argument(help="The command, after --.")],
+    task: Annotated[int, typer.Option("--task", min=0, help="Which task.")] = 0,
+    tty_wanted: Annotated[bool, typer.Option("--tty", "-t", help="With a terminal.")] = False,
+) -> None:
+    """Run a command beside a running task, in its environment; exits with its code."""
+    with reported_errors(ctx):
+        code = run_session(name, command, tty_wanted, task)
+    raise typer.Exit(code)
+
+
+def shell_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The workload.")],
+    task: Annotated[int, typer.Option("--task", min=0, help="Which task.")] = 0,
+    shell: Annotated[str, typer.Option("--shell", help="The shell, on the node.")] = "/bin/bash",
+) -> None:
+    """An interactive shell beside a running task, with a terminal, in its environment."""
+    with reported_errors(ctx):
+        code = run_session(name, [shell, "-i"], True, task)
+    raise typer.Exit(code)
+
+
+def _parse_forward(text: str) -> tuple[int, str]:
+    local, sep, remote = text.partition(":")
+    if not sep or not local.isdigit() or not remote or not 0 <= int(local) <= 65535:
+        raise InvalidInput(f"{text!r}: give LOCAL:PORT, e.g. 8888:main (a declared port)")
+    return int(local), remote
+
+
+def port_forward_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The workload.")],
+    mapping: Annotated[str, typer.Argument(help="LOCAL:PORT; PORT a declared name or number.")],
+    address: Annotated[str, typer.Option("--address", help="Where to listen.")] = "127.0.0.1",
+) -> None:
+    """Forward a local port to a declared port of the workload's task, until interrupted."""
+    with reported_errors(ctx):
+        local, remote = _parse_forward(mapping)
+        port = _resolve_port(name, remote)
+        # Refused here (unknown workload, outsider, undeclared port) before listening.
+        with open_socket(_forward_path(name, port)):
+            pass
+        listener = socket.create_server((address, local))
+        typer.echo(f"Forwarding {address}:{listener.getsockname()[1]} -> {name}:{port}", err=True)
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            while True:
+                client, _ = listener.accept()
+                threading.Thread(target=_forward, args=(client, name, port), daemon=True).start()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            listener.close()
+
+
+def _interrupt(number: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _forward_path(name: str, port: str) -> str:
+    return f"/workloads/{quote(name, safe='')}/ports/{quote(port, safe='')}/forward"
+
+
+def _resolve_port(name: str, remote: str) -> str:
+    """A declared port's name, from its name or its number on the node."""
+    if not remote.isdigit():
+        return remote
+    from corral.cli.config import connect as api
+
+    with api() as client:
+        found = client.get_workload(name)
+    declared = [p["name"] for p in found["ports"]]
+    if remote in declared:
+        return remote
+    raise InvalidInput(
+        f"{remote}: give a declared port of {name} by name ({', '.join(declared) or 'none'})"
+    )
+
+
+def _forward(client: socket.socket, name: str, port: str) -> None:
+    """One local connection over its own WebSocket, both ways, until either side closes."""
+    try:
+        ws = open_socket(_forward_path(name, port))
+    except CliError as error:
+        print(f"corral: {error}", file=sys.stderr)
+        client.close()
+        return
+
+    def upstream() -> None:
+        try:
+            while data := client.recv(CHUNK):
+                ws.send(data)
+        except (OSError, ConnectionClosed):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                ws.close()
+
+    with ws:
+        threading.Thread(target=upstream, daemon=True).start()
+        _downstream(ws, client)
+
+
+def _downstream(ws: ClientConnection, client: socket.socket) -> None:
+    try:
+        for message in ws:
+            if isinstance(message, bytes):
+                client.sendall(message)
+    except (OSError, ConnectionClosed):
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_RDWR)
+        client.close()

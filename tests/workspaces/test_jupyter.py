@@ -1,0 +1,66 @@
+"""A real Jupyter Server started as a workspace, reached through the proxy: its API, and a
+kernel that runs 1+1 over a WebSocket."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from websockets.sync.client import connect
+from ws_support import Server
+
+
+def test_the_api_answers_through_the_proxy(corral: Server, notebook: str) -> None:
+    for who in ("admin", "alice"):
+        with corral.http(who) as http:
+            answer = http.get(f"/w/{notebook}/api/status")
+            assert answer.status_code == 200, answer.text
+            assert "kernels" in answer.json()
+
+
+def test_a_kernel_runs_one_plus_one_over_the_websocket(corral: Server, notebook: str) -> None:
+    with corral.http("alice") as http:
+        answer = http.post(f"/w/{notebook}/api/kernels", json={"name": "python3"})
+        assert answer.status_code == 201, answer.text
+        kernel = answer.json()["id"]
+    url = corral.url.replace("http://", "ws://") + f"/w/{notebook}/api/kernels/{kernel}/channels"
+    message_id = uuid.uuid4().hex
+    request = {
+        "header": {
+            "msg_id": message_id,
+            "username": "test",
+            "session": uuid.uuid4().hex,
+            "msg_type": "execute_request",
+            "version": "5.3",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "content": {"code": "1+1", "silent": False},
+        "channel": "shell",
+    }
+    result = None
+    with connect(
+        url, additional_headers={"Authorization": f"Bearer {corral.tokens['alice']}"}
+    ) as ws:
+        ws.send(json.dumps(request))
+        for _ in range(200):
+            message = json.loads(ws.recv(timeout=60))
+            if message.get("parent_header", {}).get("msg_id") != message_id:
+                continue
+            if message["msg_type"] == "execute_result":
+                result = message["content"]["data"]["text/plain"]
+                break
+            if message["msg_type"] == "error":
+                raise AssertionError(message["content"])
+    assert result == "2"
+    with corral.http("alice") as http:
+        assert http.delete(f"/w/{notebook}/api/kernels/{kernel}").status_code == 204
+    # Writes through the proxy are audited, with who made them.
+    with corral.api() as api:
+        records = api.get("/audit").json()
+    made = [
+        (r["method"], r["user"], r["status"])
+        for r in records
+        if r["path"] == f"/w/{notebook}/api/kernels"
+    ]
+    assert ("POST", "alice", 201) in made

@@ -1,0 +1,228 @@
+"""exec, shell and port-forward beside a running workspace, and what stopping it does to
+every session."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+from ws_support import CORRAL, Server, free_port, wait_until
+
+SERVE = 'exec "$0" -m http.server --bind "$CORRAL_HOST" "$CORRAL_PORT"'
+
+
+def create_web(corral: Server, name: str) -> None:
+    """A workspace serving its own directory with python -m http.server."""
+    done = corral.cli(
+        "workspace",
+        "create",
+        name,
+        "-p",
+        "team-a",
+        "-g",
+        "0.5",
+        "--",
+        "/bin/sh",
+        "-c",
+        SERVE,
+        sys.executable,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"/w/{name}/" in done.stdout
+
+
+def test_exec_gives_output_and_exit_code(corral: Server) -> None:
+    create_web(corral, "web")
+    done = corral.cli(
+        "exec",
+        "web",
+        "--",
+        "/bin/sh",
+        "-c",
+        'echo "out $CORRAL_WORKLOAD $CORRAL_PORT"; pwd; echo err >&2; exit 3',
+    )
+    assert done.returncode == 3, done.stderr
+    lines = done.stdout.splitlines()
+    port = corral.workload("web")["ports"][0]["name"]
+    assert port == "main"
+    assert lines[0].startswith("out web ") and lines[0].split()[2].isdigit()
+    assert lines[1].endswith("/web")
+    assert done.stderr == "err\n"
+    # Standard input reaches it, and its end too.
+    done = corral.cli("exec", "web", "--", "/bin/cat", stdin="hello\nworld\n")
+    assert done.returncode == 0 and done.stdout == "hello\nworld\n"
+    # The proxy strips /w/web/ for a program that does not know its prefix.
+    with corral.http("alice") as http:
+        listing = http.get("/w/web/")
+        assert listing.status_code == 200 and "Directory listing" in listing.text
+
+
+def test_shell_is_driven_through_a_pty(corral: Server) -> None:
+    pid, fd = pty.fork()
+    if pid == 0:
+        env = corral.cli_env("alice")
+        os.execve(CORRAL, [CORRAL, "shell", "web", "--shell", "/bin/sh"], env)
+    seen = b""
+
+    def read_until(text: bytes, timeout: float = 30) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while text not in seen:
+            assert time.monotonic() < deadline, f"no {text!r} in {seen!r}"
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                with contextlib.suppress(OSError):
+                    seen += os.read(fd, 4096)
+
+    try:
+        # The prompt first: the CLI flushes what was typed before its terminal went raw.
+        read_until(b"# " if os.geteuid() == 0 else b"$ ")
+        os.write(fd, b"echo product=$((6*7)); tty\n")
+        read_until(b"product=42")
+        read_until(b"/dev/pts/")
+        os.write(fd, b"exit 5\n")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 5
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_port_forward_carries_an_http_request(corral: Server) -> None:
+    local = free_port()
+    forward = subprocess.Popen(
+        [CORRAL, "port-forward", "web", f"{local}:main"],
+        env=corral.cli_env("alice"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def answer() -> httpx.Response | None:
+            assert forward.poll() is None, forward.communicate()
+            with contextlib.suppress(httpx.HTTPError):
+                return httpx.get(f"http://127.0.0.1:{local}/", timeout=5, trust_env=False)
+            return None
+
+        found = wait_until(answer, 30, "the forwarded port to answer")
+        assert found.status_code == 200 and "Directory listing" in found.text
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+
+def test_stopping_the_workload_closes_every_session(corral: Server) -> None:
+    create_web(corral, "victim")
+    token = {"Authorization": f"Bearer {corral.tokens['alice']}"}
+    checkpoint = corral.cli("exec", "victim", "--", "/bin/sh", "-c", "echo $CORRAL_CHECKPOINT_DIR")
+    assert checkpoint.returncode == 0
+    with contextlib.ExitStack() as stack:
+        sessions_stopped(corral, stack, token, checkpoint.stdout)
+
+
+def sessions_stopped(
+    corral: Server, stack: contextlib.ExitStack, token: dict[str, str], checkpoint: str
+) -> None:
+    """Three sessions open, then the workspace stopped: each is closed."""
+    sleeper = connect(
+        corral.ws_url("/api/v1/workloads/victim/exec?command=sleep&command=600"),
+        additional_headers=token,
+    )
+    shell = connect(
+        corral.ws_url("/api/v1/workloads/victim/exec?command=/bin/sh&tty=true"),
+        additional_headers=token,
+    )
+    forward = connect(
+        corral.ws_url("/api/v1/workloads/victim/ports/main/forward"), additional_headers=token
+    )
+    for ws in (sleeper, shell, forward):
+        stack.enter_context(ws)
+    forward.send(b"GET / HTTP/1.0\r\n\r\n")
+    assert b"200" in forward.recv(timeout=30)
+    # Stopped by its owner (a member manages only their own workloads).
+    done = corral.cli("workspace", "stop", "victim")
+    assert done.returncode == 0, done.stderr
+    for ws in (sleeper, shell, forward):
+        ended = []
+        try:
+            while True:
+                ended.append(ws.recv(timeout=30))
+        except ConnectionClosed:
+            pass
+        texts = [m for m in ended if isinstance(m, str)]
+        if ws is not forward:
+            assert texts and json.loads(texts[-1])["exit"] in (137, 128 + 9), ended
+    assert corral.wait_status("victim", "suspended")
+    # Started again, it has the same checkpoint directory.
+    done = corral.cli("workspace", "start", "victim")
+    assert done.returncode == 0, done.stderr
+    corral.wait_status("victim", "running")
+    again = wait_until(
+        lambda: (
+            (
+                d := corral.cli(
+                    "exec", "victim", "--", "/bin/sh", "-c", "echo $CORRAL_CHECKPOINT_DIR"
+                )
+            ).returncode
+            == 0
+            and d
+        ),
+        60,
+        "the restarted workspace to run its task",
+    )
+    assert again.stdout == checkpoint
+
+
+def test_a_slow_or_vanished_client_blocks_nobody_else(corral: Server) -> None:
+    """A client that stops reading a large answer, and one that goes away in the middle:
+    the server goes on answering everyone else, through the proxy too."""
+    made = corral.cli("exec", "web", "--", "/bin/sh", "-c", "head -c 67108864 /dev/zero > big.bin")
+    assert made.returncode == 0, made.stderr
+    host = corral.url.removeprefix("http://")
+    address, port = host.split(":")
+    request = (
+        f"GET /w/web/big.bin HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {corral.tokens['alice']}\r\n\r\n"
+    ).encode()
+    with contextlib.ExitStack() as stack:
+        slow = stack.enter_context(socket.create_connection((address, int(port))))
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.sendall(request)
+        assert slow.recv(4096).startswith(b"HTTP/1.1 200")
+        gone = socket.create_connection((address, int(port)))
+        gone.sendall(request)
+        assert gone.recv(4096).startswith(b"HTTP/1.1 200")
+        gone.close()
+        # The slow one reads nothing more; everyone else is served meanwhile.
+        with corral.http("alice") as http:
+            for _ in range(5):
+                assert http.get("/w/web/").status_code == 200
+                assert http.get("/healthz").status_code == 200
+
+
+def test_list_and_open_show_the_url(corral: Server) -> None:
+    listed = corral.cli("workspace", "list", "--json", who="alice")
+    assert listed.returncode == 0, listed.stderr
+    web = next(item for item in json.loads(listed.stdout) if item["name"] == "web")
+    assert web["status"] == "running" and web["ports"] == [
+        {"name": "main", "path": "/w/web/", "ready": True}
+    ]
+    assert web["idle_seconds"] is not None and web["active_at"] is not None
+    assert corral.cli("workspace", "list", who="bob").stdout.count("web") == 0
+    opened = corral.cli("open", "web", "--print", who="alice")
+    assert opened.returncode == 0 and opened.stdout.strip() == f"{corral.url}/w/web/"
+    refused = corral.cli("open", "web", "--print", who="bob")
+    assert refused.returncode != 0 and "not found" in refused.stderr

@@ -106,6 +106,10 @@ def test_nodes_join_with_devices_and_labels(ray_server: RayServer) -> None:
     for node in nodes.values():
         assert node["gpus"] == GPUS
         assert node["state"] == "ready"
+    # Each worker's own loopback address (127.0.0.2, .3, .4): where the server reaches its
+    # tasks (a workspace's ports), never this machine's 127.0.0.1.
+    addresses = {node["address"] for node in nodes.values()}
+    assert addresses == {"127.0.0.2", "127.0.0.3", "127.0.0.4"}
     ray_server.queue("team", 6)
 
 

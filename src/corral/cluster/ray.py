@@ -380,6 +380,7 @@ class RayCluster:
                         ),
                         devices,
                         virtual=hello["source"] == "virtual",
+                        address=agent.address,
                     ),
                     replace_existing=True,
                 )

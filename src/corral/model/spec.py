@@ -75,3 +75,6 @@ class NodeSpec:
     node: Node
     devices: tuple[Device, ...] = ()
     virtual: bool = False
+    # Where the server reaches the node's tasks (gang rendezvous, workspace ports); None
+    # keeps what the store has (this machine's loopback for a new node).
+    address: str | None = None

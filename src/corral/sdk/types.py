@@ -179,6 +179,8 @@ class NodeOut(TypedDict):
     allocated_gpu: float
     registered_at: float
     heartbeat_at: float | None
+    # where the server reaches its tasks (its Ray node's address; loopback for this machine's agent)
+    address: str
 
 
 class PlacementOut(TypedDict):

@@ -123,6 +123,7 @@ def node_out(record: NodeRecord, readable: Collection[str] | None = None) -> Nod
             for t in record.tasks
         ],
         allocated_gpu=round(sum(task.gpu for task in record.tasks), 6),
+        address=record.address,
         registered_at=record.registered_at,
         heartbeat_at=record.heartbeat_at,
     )

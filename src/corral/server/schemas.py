@@ -686,6 +686,10 @@ class NodeOut(BaseModel):
     allocated_gpu: float
     registered_at: float
     heartbeat_at: float | None
+    address: str = Field(
+        description="where the server reaches its tasks (its Ray node's address; loopback "
+        "for this machine's agent)"
+    )
 
 
 # -- cluster, users -------------------------------------------------------------------------

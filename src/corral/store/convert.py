@@ -110,6 +110,7 @@ def node_record(session: Session, row: NodeRow) -> NodeRecord:
         registered_at=row.registered_at,
         heartbeat_at=row.heartbeat_at,
         tasks=tuple(sorted(tasks, key=lambda t: (t.devices, t.workload, t.task))),
+        address=row.address,
     )
 
 

@@ -63,6 +63,8 @@ def register_node(session: Session, spec: NodeSpec, replace_existing: bool) -> N
     row.memory = node.memory
     row.labels = dict(node.labels)
     row.virtual = spec.virtual
+    if spec.address is not None:
+        row.address = spec.address
     row.state = "ready"
     row.heartbeat_at = now
     row.devices = [
@@ -146,6 +148,7 @@ def list_nodes(session: Session) -> list[NodeRecord]:
                 registered_at=row.registered_at,
                 heartbeat_at=row.heartbeat_at,
                 tasks=tuple(on_node),
+                address=row.address,
             )
         )
     return records

@@ -44,6 +44,7 @@ class NodeRecord:
     registered_at: float
     heartbeat_at: float | None
     tasks: tuple[TaskOnNode, ...]
+    address: str = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,8 @@ class VictimSearch:
                 for (victim, _), taken in victims:
                     if taken:
                         tasks = tuple(sorted(placement.task for placement in taken))
-                        reason = _eviction_reason(kind, victim, ws)
+                        freed = sum(placement.gpu for placement in taken)
+                        reason = _eviction_reason(kind, victim, ws, freed)
                         session.record_eviction(victim, tasks, kind, ws, reason)
                 state.journal.clear()
                 return True, len(victims)
@@ -182,8 +183,11 @@ class VictimSearch:
         return all(node.used[device] + share <= 1.0 + EPSILON for device in placement.devices)
 
 
-def _eviction_reason(kind: EvictionKind, victim: WorkloadState, by: WorkloadState) -> str:
-    """Why `victim` is evicted for `by`, in the words of the victim's pending reason."""
+def _eviction_reason(
+    kind: EvictionKind, victim: WorkloadState, by: WorkloadState, freed: float
+) -> str:
+    """Why `victim` is evicted for `by`, in the words of the victim's pending reason
+    (`freed`: the GPUs the eviction took from the victim's queue)."""
     if kind == "preempt":
         return (
             f"{by.name} (priority {by.workload.priority}) preempts lower-priority work "
@@ -195,4 +199,7 @@ def _eviction_reason(kind: EvictionKind, victim: WorkloadState, by: WorkloadStat
         if under.alloc[GPU] <= under.deserved[GPU] + EPSILON
         else "under its fair share"
     )
+    if over.alloc[GPU] + freed <= over.fair_share[GPU] + EPSILON:
+        # Taken for a deserved quota from a queue at its fair share but above its own.
+        return f"queue {over.name} is above its deserved quota; {under.name} is {why}"
     return f"queue {over.name} is over its fair share; {under.name} is {why}"

@@ -131,10 +131,13 @@ class Cycle:
         """Run the configured actions in order and return the decisions."""
         session = self.session
         victims = VictimSearch(session)
+        consolidate = Consolidate(session)
+        # Reclaim may move work as well when the cycle consolidates.
+        moves = consolidate.moves_for if "consolidate" in self.config.actions else None
         actions: dict[ActionName, Callable[[], None]] = {
             "allocate": Allocate(session).run,
-            "consolidate": Consolidate(session).run,
-            "reclaim": Reclaim(session, victims).run,
+            "consolidate": consolidate.run,
+            "reclaim": Reclaim(session, victims, moves).run,
             "preempt": Preempt(session, victims).run,
         }
         for name in self.config.actions:

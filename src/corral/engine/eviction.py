@@ -22,6 +22,9 @@ from corral.model.resources import EPSILON
 Unit = tuple[WorkloadState, tuple[int, ...] | None]
 # Gives the next victim to try for one attempt, or None when there is none.
 NextVictim = Callable[[], Unit | None]
+# Places a candidate tentatively by moving running work: returns what records the
+# placement and the moves, or None (the state as it was) when moves do not make room.
+MakeRoom = Callable[[Candidate], Callable[[], None] | None]
 
 
 class VictimSearch:
@@ -38,9 +41,15 @@ class VictimSearch:
         self._resume: dict[str, int] = {}
 
     def evict_for(
-        self, candidate: Candidate, next_victim: NextVictim, kind: EvictionKind
+        self,
+        candidate: Candidate,
+        next_victim: NextVictim,
+        kind: EvictionKind,
+        moves: MakeRoom | None = None,
     ) -> tuple[bool, int]:
-        """Evict victims one by one until the candidate fits; commit or roll back.
+        """Evict victims one by one until the candidate fits; commit or roll back. With
+        `moves`, once the GPUs free would do but the candidate does not fit as things
+        are, running work may be moved to make room before more is evicted.
 
         Returns whether the candidate was placed and how many victims were tried."""
         session = self.session
@@ -51,11 +60,17 @@ class VictimSearch:
         self._tentative.clear()
         self._resume.clear()
         while True:
+            commit: Callable[[], None] | None = None
             if (
                 candidate.request[GPU] <= state.free_gpu + EPSILON
                 and quota_block(ws, candidate.request) is None
-                and not isinstance(session.place_checked(ws, candidate.tasks), str)
+                and (
+                    not isinstance(session.place_checked(ws, candidate.tasks), str)
+                    or (moves is not None and (commit := moves(candidate)) is not None)
+                )
             ):
+                if commit is not None:
+                    commit()
                 self._keep_needed(victims)
                 for (victim, _), taken in victims:
                     if taken:

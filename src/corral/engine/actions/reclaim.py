@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 
-from corral.engine.eviction import NextVictim, Unit, VictimSearch
+from corral.engine.eviction import MakeRoom, NextVictim, Unit, VictimSearch
 from corral.engine.kinds import CPU, DIMENSIONS, GPU, MEMORY, Request
 from corral.engine.quota import (
     above_deserved_at_share,
@@ -44,9 +44,14 @@ Giver = tuple[QueueState, list[QueueState], int | None, frozenset[str]]
 class Reclaim:
     """Take back from queues over their fair share for pending work within its own."""
 
-    def __init__(self, session: Session, victims: VictimSearch) -> None:
+    def __init__(
+        self, session: Session, victims: VictimSearch, moves: MakeRoom | None = None
+    ) -> None:
+        """`moves`: how to move running work to make room (consolidation), when the cycle
+        consolidates; reclaim then tries it before it gives up."""
         self.session = session
         self.victims = victims
+        self.moves = moves
         self._name_keys: dict[str, tuple[object, ...]] = {}
         self._givers_of: dict[str, list[Giver]] = {}
         # A leaf's rank as a giver of the resources asked for (None: it may not give), and
@@ -123,6 +128,10 @@ class Reclaim:
             # candidate's tasks need them together: try again node by node.
             by_node = self._victims(candidate, reach, by_node=True)
             placed, _ = evict_for(candidate, by_node, "reclaim")
+            if not placed and self.moves is not None:
+                # Or they free GPUs enough that moving some running work would gather.
+                victims = self._victims(candidate, reach)
+                placed, _ = evict_for(candidate, victims, "reclaim", self.moves)
         if not placed and not candidate.growth:
             self.session.note(
                 candidate.workload,

@@ -343,4 +343,17 @@ def _build_queues(snapshot: Snapshot) -> dict[str, QueueState]:
         while level is not None:
             queue.path.append(level)
             level = level.parent
+        queue.min_runtime = {
+            "preempt": _inherited(queue, "preempt_min_runtime"),
+            "reclaim": _inherited(queue, "reclaim_min_runtime"),
+        }
     return queues
+
+
+def _inherited(queue: QueueState, field: str) -> float:
+    """The queue's own setting of `field`, else its nearest ancestor's; 0 when none is set."""
+    for level in queue.path:
+        value: float | None = getattr(level.queue, field)
+        if value is not None:
+            return value
+    return 0.0

@@ -98,7 +98,11 @@ class VictimSearch:
     ) -> Unit | None:
         """The first victim unit of `leaf` still in place that could make room for `ws`
         (only units below `below_priority`, and with a task on node `on_node`, when
-        given)."""
+        given). A workload that has run for less than its queue's min-runtime of the
+        kind (preempt when `below_priority` is given, else reclaim) is no victim, though
+        an elastic one may still lose its extra tasks."""
+        kind = "reclaim" if below_priority is None else "preempt"
+        min_runtime = leaf.min_runtime[kind]
         units = self._victim_units(leaf)
         touched = self.session.touched
         start = self._cursor.get(leaf.name, 0)
@@ -117,6 +121,8 @@ class VictimSearch:
                 self._resume[leaf.name] = position
                 return None
             if victim.name in touched or victim.started or id(unit) in self._tentative:
+                continue
+            if tasks is None and min_runtime > 0 and _too_young(victim, min_runtime):
                 continue
             wanted = tasks if tasks is not None else tuple(victim.original)
             running = [
@@ -196,6 +202,11 @@ class VictimSearch:
             return False
         share = placement.gpu / len(placement.devices) if placement.devices else 0.0
         return all(node.used[device] + share <= 1.0 + EPSILON for device in placement.devices)
+
+
+def _too_young(victim: WorkloadState, min_runtime: float) -> bool:
+    running_for = victim.workload.running_for
+    return running_for is not None and running_for < min_runtime - EPSILON
 
 
 def _eviction_reason(

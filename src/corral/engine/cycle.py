@@ -56,9 +56,13 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
             workloads.append(workload)
             continue
         placements = [p for p in workload.placements if p.task not in gone]
+        running_for = workload.running_for
+        if started and len(placements) == 0:
+            # Started (again) now: young for min-runtime.
+            running_for = 0.0
         placements.extend(started)
         placements.sort(key=lambda p: p.task)
-        workloads.append(replace(workload, placements=tuple(placements)))
+        workloads.append(replace(workload, placements=tuple(placements), running_for=running_for))
     return Snapshot(snapshot.nodes, snapshot.queues, tuple(workloads), snapshot.hidden)
 
 

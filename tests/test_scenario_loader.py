@@ -391,6 +391,12 @@ INVALID: list[tuple[str, Callable[[Document], None], str, str]] = [
         "only a running workload has this field",
     ),
     (
+        "since-checkpoint-on-pending",
+        _set("workloads.0.since_checkpoint", "5m"),
+        "workloads[0].since_checkpoint",
+        "only a running workload has this field",
+    ),
+    (
         "running-for-not-duration",
         _set("workloads.1.running_for", -3),
         "workloads[1].running_for",
@@ -826,6 +832,7 @@ def test_min_runtimes_and_running_for() -> None:
     document["queues"][0]["preempt_min_runtime"] = "30m"
     document["queues"][1]["reclaim_min_runtime"] = 90
     document["workloads"][1]["running_for"] = "1h"
+    document["workloads"][1]["since_checkpoint"] = "20m"
     scenario = parse(document)
     dept, team_a, team_b = scenario.snapshot.queues
     assert (dept.preempt_min_runtime, dept.reclaim_min_runtime) == (1800.0, None)
@@ -833,3 +840,4 @@ def test_min_runtimes_and_running_for() -> None:
     assert (team_b.preempt_min_runtime, team_b.reclaim_min_runtime) == (None, None)
     w0, w1 = scenario.snapshot.workloads
     assert (w0.running_for, w1.running_for) == (None, 3600.0)
+    assert (w0.since_checkpoint, w1.since_checkpoint) == (None, 1200.0)

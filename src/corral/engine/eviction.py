@@ -14,7 +14,7 @@ from corral.engine.kinds import GPU, EvictionKind
 from corral.engine.quota import diverging, quota_block, within_quota
 from corral.engine.session import Session
 from corral.engine.state import Candidate, QueueState, WorkloadState
-from corral.model import Placement
+from corral.model import Placement, Workload
 from corral.model.resources import EPSILON
 
 # A victim: some running tasks of one workload, evicted together. `tasks` None means
@@ -152,19 +152,23 @@ class VictimSearch:
 
     def _victim_units(self, leaf: QueueState) -> list[Unit]:
         """Victim units of a queue in the order they are taken: lowest priority first; an
-        elastic workload's extra tasks before minimum gangs; idle before busy; newest first."""
+        elastic workload's extra tasks before minimum gangs; the fewest GPU-seconds of work
+        lost since the last checkpoint; idle before busy; newest first."""
         if self._units is None:
             keyed: dict[str, list[tuple[tuple[object, ...], Unit]]] = {}
             for ws in self.session.workloads:
                 if not ws.original or not ws.preemptible:
                     continue
                 workload = ws.workload
+                unsaved = _unsaved_seconds(workload)
                 rank = (0 if workload.idle else 1, -workload.submitted, workload.name)
                 entries = keyed.setdefault(ws.queue.name, [])
-                for task in ws.original:
+                for task, placement in ws.original.items():
                     if task >= workload.min_tasks:
-                        entries.append(((workload.priority, 0, *rank, -task), (ws, (task,))))
-                entries.append(((workload.priority, 1, *rank, 0), (ws, None)))
+                        lost = placement.gpu * unsaved
+                        entries.append(((workload.priority, 0, lost, *rank, -task), (ws, (task,))))
+                lost = unsaved * sum(placement.gpu for placement in ws.original.values())
+                entries.append(((workload.priority, 1, lost, *rank, 0), (ws, None)))
             self._units = {
                 name: [unit for _, unit in sorted(entries, key=lambda item: item[0])]
                 for name, entries in keyed.items()
@@ -202,6 +206,14 @@ class VictimSearch:
             return False
         share = placement.gpu / len(placement.devices) if placement.devices else 0.0
         return all(node.used[device] + share <= 1.0 + EPSILON for device in placement.devices)
+
+
+def _unsaved_seconds(workload: Workload) -> float:
+    """Seconds of work a workload would lose if evicted now: since its last checkpoint,
+    else since it started; 0 when neither is known (then age alone decides)."""
+    if workload.since_checkpoint is not None:
+        return workload.since_checkpoint
+    return workload.running_for or 0.0
 
 
 def _too_young(victim: WorkloadState, min_runtime: float) -> bool:

@@ -170,6 +170,8 @@ class Workload:
     idle: bool = False
     # Seconds since the workload last started (for min-runtime); None: unknown, old enough.
     running_for: float | None = None
+    # Seconds since its last checkpoint (work lost if evicted now); None: unknown.
+    since_checkpoint: float | None = None
 
     @property
     def task_count(self) -> int:

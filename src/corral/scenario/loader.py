@@ -78,8 +78,9 @@ _WORKLOAD_FIELDS = (
     "nodes",
     "gpu_group",
     "running_for",
+    "since_checkpoint",
 )
-_RUNNING_FIELDS = ("node", "nodes", "gpu_group", "running_for")
+_RUNNING_FIELDS = ("node", "nodes", "gpu_group", "running_for", "since_checkpoint")
 _TASK_GROUP_FIELDS = ("name", "replicas", "gpu", "gpu_memory", "cpu", "memory")
 _TOPOLOGY_FIELDS = ("required", "preferred")
 _EXPECT_FIELDS = ("running", "pending", "evicted", "same_gpu")
@@ -382,6 +383,7 @@ def _read_workload(
         else None,
         submitted=float(index),
         running_for=_given(fields, "running_for", path, _duration, None),
+        since_checkpoint=_given(fields, "since_checkpoint", path, _duration, None),
     )
     status = fields.get("status", "pending")
     if status not in _STATUSES:

@@ -28,9 +28,9 @@ from corral.engine.session import Session
 from corral.engine.state import Candidate, QueueState, WorkloadState, natural_key
 from corral.model.resources import EPSILON
 
-# Whether a leaf other than a reclaimer's is over its fair share on what the reclaimer
-# asks for, by (reclaimer's queue, asks for GPU, CPU, memory).
-AnyoneOver = dict[tuple[str, bool, bool, bool], bool]
+# Whether a leaf other than a reclaimer's may give what the reclaimer asks for, by
+# (reclaimer's queue, asks for GPU, CPU, memory, stays within its deserved quota).
+AnyoneOver = dict[tuple[str, bool, bool, bool, bool], bool]
 # A leaf's rank among the queues that may give: queues over their fair share before
 # those that only hold more than they deserve (for a reclaimer under its deserved quota),
 # lower queue priority first, most over-served, then the most GPUs held, then by name.
@@ -149,15 +149,17 @@ class Reclaim:
         request = candidate.request
         if quota_block(ws, request) is not None:
             return None
+        guaranteed = within_deserved(ws.queue, request) > 0
         key = (
             ws.queue.name,
             request[GPU] > EPSILON,
             request[CPU] > EPSILON,
             request[MEMORY] > EPSILON,
+            guaranteed,
         )
         anyone = anyone_over.get(key)
         if anyone is None:
-            anyone = anyone_over[key] = self._anyone_over_fair_share(ws, request)
+            anyone = anyone_over[key] = self._anyone_over_fair_share(ws, request, guaranteed)
         if not anyone:
             return None
         return within_fair_share(ws.queue, request)
@@ -171,10 +173,11 @@ class Reclaim:
             f"cannot reclaim: queue {queue.name} would exceed its fair share of {share}",
         )
 
-    def _anyone_over_fair_share(self, ws: WorkloadState, request: Request) -> bool:
+    def _anyone_over_fair_share(
+        self, ws: WorkloadState, request: Request, guaranteed: bool
+    ) -> bool:
         """Whether another leaf may give: one over its fair share, or, for a reclaimer
-        that stays within its deserved quota, one above its deserved quota."""
-        guaranteed = within_deserved(ws.queue, request) > 0
+        that stays within its deserved quota (`guaranteed`), one above its deserved."""
         return any(
             leaf.leaf
             and leaf is not ws.queue

@@ -373,6 +373,36 @@ RUNNING = {"queue": "team-a", "status": "running"}
 INVALID: list[tuple[str, Callable[[Document], None], str, str]] = [
     # (id, mutation, field path, part of the problem)
     (
+        "min-runtime-not-duration",
+        _set("queues.1.reclaim_min_runtime", "soon"),
+        "queues[1].reclaim_min_runtime",
+        "'soon' is not a duration",
+    ),
+    (
+        "min-runtime-zero",
+        _set("queues.0.preempt_min_runtime", 0),
+        "queues[0].preempt_min_runtime",
+        "must be more than 0 seconds",
+    ),
+    (
+        "running-for-on-pending",
+        _set("workloads.0.running_for", "5m"),
+        "workloads[0].running_for",
+        "only a running workload has this field",
+    ),
+    (
+        "since-checkpoint-on-pending",
+        _set("workloads.0.since_checkpoint", "5m"),
+        "workloads[0].since_checkpoint",
+        "only a running workload has this field",
+    ),
+    (
+        "running-for-not-duration",
+        _set("workloads.1.running_for", -3),
+        "workloads[1].running_for",
+        "must be more than 0 seconds",
+    ),
+    (
         "bad-shorthand",
         _set("workloads.0.tasks", "2xA"),
         "workloads[0].tasks",
@@ -795,3 +825,19 @@ def test_error_names_the_file_it_was_loaded_from(tmp_path: Path) -> None:
 
 def test_scenario_error_is_a_value_error() -> None:
     assert issubclass(ScenarioError, ValueError)
+
+
+def test_min_runtimes_and_running_for() -> None:
+    document = base()
+    document["queues"][0]["preempt_min_runtime"] = "30m"
+    document["queues"][1]["reclaim_min_runtime"] = 90
+    document["workloads"][1]["running_for"] = "1h"
+    document["workloads"][1]["since_checkpoint"] = "20m"
+    scenario = parse(document)
+    dept, team_a, team_b = scenario.snapshot.queues
+    assert (dept.preempt_min_runtime, dept.reclaim_min_runtime) == (1800.0, None)
+    assert (team_a.preempt_min_runtime, team_a.reclaim_min_runtime) == (None, 90.0)
+    assert (team_b.preempt_min_runtime, team_b.reclaim_min_runtime) == (None, None)
+    w0, w1 = scenario.snapshot.workloads
+    assert (w0.running_for, w1.running_for) == (None, 3600.0)
+    assert (w0.since_checkpoint, w1.since_checkpoint) == (None, 1200.0)

@@ -134,6 +134,30 @@ def test_invalid_rule_options_name_the_option_and_change_nothing(
     assert api.get("/queues").json() == before
 
 
+def test_min_runtimes_set_shown_and_inherited_again(admin: Cli, api: httpx.Client) -> None:
+    out = admin.ok("project", "create", "mrt", "--reclaim-min-runtime", "10m")
+    assert out == "Created project mrt: deserved 0 GPUs, limit none. Reclaim min-runtime 10m.\n"
+    out = admin.ok("project", "set", "mrt", "--preempt-min-runtime", "90")
+    assert out == (
+        "Updated mrt: deserved 0 GPUs, limit none, over-quota weight 1, priority 100. "
+        "Preempt min-runtime 1m30s; reclaim min-runtime 10m.\n"
+    )
+    admin.ok("project", "set", "mrt", "--reclaim-min-runtime", "inherit")
+    queue = api.get("/queues/mrt").json()
+    assert (queue["preempt_min_runtime"], queue["reclaim_min_runtime"]) == (90, None)
+    before = api.get("/queues").json()
+    for args, message in [
+        (
+            ["--reclaim-min-runtime", "soon"],
+            "--reclaim-min-runtime: 'soon' is not a duration (for example 90, 30m, 4h, 7d)",
+        ),
+        (["--preempt-min-runtime", "0"], "--preempt-min-runtime: '0' must be more than 0 seconds"),
+    ]:
+        assert admin.fails("project", "create", "mrt2", *args, code=2) == message
+        assert admin.fails("project", "set", "mrt", *args, code=2) == message
+    assert api.get("/queues").json() == before
+
+
 def test_delete_a_project_then_its_department(admin: Cli, api: httpx.Client) -> None:
     make(api, "/queues", {"name": "deld"})
     make(api, "/queues", {"name": "deld-p", "parent": "deld"})

@@ -650,3 +650,34 @@ def test_reported_allocation_matches_the_state_after(case: Case) -> None:
         reported = [status.allocated.gpu, status.allocated.cpu, status.allocated.memory]
         for resource in range(3):
             assert abs(reported[resource] - totals[name][resource]) <= 1e-3, (name, reported)
+
+
+# No churn ------------------------------------------------------------------------------
+
+
+def allocation_by_priority(snapshot: Snapshot) -> dict[tuple[str, int], float]:
+    """GPUs running per leaf queue and workload priority (zero entries left out)."""
+    totals: dict[tuple[str, int], float] = {}
+    for workload in snapshot.workloads:
+        gpus = sum(placement.gpu for placement in workload.placements)
+        if gpus > TOLERANCE:
+            key = (workload.queue, workload.priority)
+            totals[key] = totals.get(key, 0.0) + gpus
+    return totals
+
+
+@CYCLE
+@given(evicting_cases)
+def test_evictions_change_who_gets_gpus(case: Case) -> None:
+    # A cycle that evicts must change some queue's GPUs at some workload priority: never
+    # one workload of a queue evicted for another of the same queue and priority alike.
+    decisions, after = run(case)
+    if not any(eviction.action != "consolidate" for eviction in decisions.evictions):
+        return
+    before = allocation_by_priority(case.snapshot)
+    now = allocation_by_priority(after)
+    keys = set(before) | set(now)
+    assert any(abs(before.get(key, 0.0) - now.get(key, 0.0)) > TOLERANCE for key in keys), (
+        before,
+        now,
+    )

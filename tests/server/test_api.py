@@ -19,7 +19,16 @@ from server_support import Api, checked, locs, names_field, unique
 GIB = 1 << 30
 _JSON = {"content-type": "application/json"}
 # What a queue is configured with; fair share and usage move with every cycle.
-_QUEUE_FIELDS = ("name", "parent", "deserved", "limit", "over_quota_weight", "priority")
+_QUEUE_FIELDS = (
+    "name",
+    "parent",
+    "deserved",
+    "limit",
+    "over_quota_weight",
+    "priority",
+    "preempt_min_runtime",
+    "reclaim_min_runtime",
+)
 
 
 def _config(queue: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +164,11 @@ def _names(response: httpx.Response, *path: Any) -> bool:
         ({"deserved": {"memory": "lots"}}, ("deserved",)),
         ({"deserved": float("inf")}, ("deserved",)),
         ({"priority": 10**7}, ("priority",)),
+        ({"reclaim_min_runtime": "soon"}, ("reclaim_min_runtime",)),
+        ({"reclaim_min_runtime": 0}, ("reclaim_min_runtime",)),
+        ({"preempt_min_runtime": -60}, ("preempt_min_runtime",)),
+        ({"preempt_min_runtime": "20y"}, ("preempt_min_runtime",)),
+        ({"preempt_min_runtime": True}, ("preempt_min_runtime",)),
     ],
 )
 def test_queue_quotas_are_validated(api: Api, body: dict[str, Any], field: tuple[str]) -> None:
@@ -167,6 +181,22 @@ def test_queue_quotas_are_validated(api: Api, body: dict[str, Any], field: tuple
     response = api.admin.patch(f"/queues/{queue['name']}", content=json.dumps(body), headers=_JSON)
     assert _names(response, *field), response.text
     assert _config(api.admin.get(f"/queues/{queue['name']}").json()) == _config(queue)
+
+
+def test_queue_min_runtimes_are_set_changed_and_inherited_again(api: Api) -> None:
+    queue = api.queue(reclaim_min_runtime="10m")
+    assert (queue["preempt_min_runtime"], queue["reclaim_min_runtime"]) == (None, 600)
+    path = f"/queues/{queue['name']}"
+    response = api.admin.patch(path, json={"preempt_min_runtime": 90})
+    assert response.status_code == 200, response.text
+    # A field left out stays; null takes the setting off (the parent's applies again).
+    assert (response.json()["preempt_min_runtime"], response.json()["reclaim_min_runtime"]) == (
+        90,
+        600,
+    )
+    response = api.admin.patch(path, json={"reclaim_min_runtime": None})
+    assert response.json()["reclaim_min_runtime"] is None
+    assert api.admin.get(path).json()["preempt_min_runtime"] == 90
 
 
 def test_limit_equal_to_deserved_is_accepted(api: Api) -> None:

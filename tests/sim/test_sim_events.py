@@ -142,3 +142,24 @@ def test_a_horizon_stops_the_clock() -> None:
     assert [state.end for state in simulation.jobs][:1] == [100.0]
     # Measured over the 200 s it ran: x held 1 GPU for 100 s, y for 150 s, of 2 GPUs.
     assert result.allocation == pytest.approx((100 + 150) / (2 * 200))
+
+
+@pytest.mark.parametrize(("aware", "victim", "lost"), [(False, "new", 500.0), (True, "old", 200.0)])
+def test_checkpoint_aware_victims_lose_less(aware: bool, victim: str, lost: float) -> None:
+    """One node of 2 GPUs; a and b deserve 1 each; checkpoints every 1800 s of progress.
+
+    a's old job started at 0, its new one at 1500 (borrowing b's GPU). b's job arrives at
+    2000 and reclaims one: the old job would lose 200 s since its checkpoint at 1800, the
+    new one 500 s (it has not reached its first). Newest first takes the new one; told
+    the checkpoints, the engine takes the old one."""
+    jobs = [
+        job("old", "a", 0, 10_000, 1),
+        job("new", "a", 1500, 10_000, 1),
+        job("b", "b", 2000, 600, 1),
+    ]
+    settings = SimSettings(checkpoint_interval=1800.0, restart_cost=60.0, checkpoint_aware=aware)
+    simulation = run(jobs, {"a": 1, "b": 1}, 2, settings, "corral")
+    states = {state.job.name: state for state in simulation.jobs}
+    other = "old" if victim == "new" else "new"
+    assert (states[victim].preemptions, states[victim].lost) == (1, lost)
+    assert (states[other].preemptions, states[other].lost) == (0, 0.0)

@@ -91,6 +91,24 @@ MaxRuntime = Annotated[
         "(none: no limit). Repeat for more classes.",
     ),
 ]
+PreemptMinRuntime = Annotated[
+    str | None,
+    _option(
+        "--preempt-min-runtime",
+        "DURATION",
+        "Work that has run for less is not preempted, e.g. 10m (inherit: the parent's). "
+        "Its projects inherit it.",
+    ),
+]
+ReclaimMinRuntime = Annotated[
+    str | None,
+    _option(
+        "--reclaim-min-runtime",
+        "DURATION",
+        "Work that has run for less is not reclaimed, e.g. 10m (inherit: the parent's). "
+        "Its projects inherit it.",
+    ),
+]
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 
 # A queue's rules as the API takes them: limits in seconds by workload class.
@@ -203,6 +221,8 @@ def create_command(
     priority: Priority = None,
     idle_timeout: IdleTimeout = None,
     max_runtime: MaxRuntime = None,
+    preempt_min_runtime: PreemptMinRuntime = None,
+    reclaim_min_runtime: ReclaimMinRuntime = None,
 ) -> None:
     """Create a project; with --parent, inside a department (which may be new)."""
     with reported_errors(ctx):
@@ -220,6 +240,7 @@ def create_command(
             )
         if priority is not None:
             body["priority"] = priority
+        body.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
         if rules := _merged_rules(None, rule_changes):
             body["rules"] = rules
         with connect() as client:
@@ -227,7 +248,8 @@ def create_command(
     where = f" in {queue['parent']}" if queue["parent"] else ""
     typer.echo(
         f"Created project {queue['name']}{where}: deserved {_amounts(queue['deserved'])}, "
-        f"limit {_amounts(queue['limit'], empty='none')}.{_rules_sentence(queue)}"
+        f"limit {_amounts(queue['limit'], empty='none')}."
+        f"{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 
@@ -248,6 +270,8 @@ def set_command(
     priority: Priority = None,
     idle_timeout: IdleTimeout = None,
     max_runtime: MaxRuntime = None,
+    preempt_min_runtime: PreemptMinRuntime = None,
+    reclaim_min_runtime: ReclaimMinRuntime = None,
 ) -> None:
     """Change some of a project's settings; the others stay as they are."""
     with reported_errors(ctx):
@@ -264,6 +288,7 @@ def set_command(
             )
         if priority is not None:
             changes["priority"] = priority
+        changes.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
         with connect() as client:
             if deserved_quota.given or limit_quota.given or rule_changes:
                 # The API replaces a quota or the rules whole; merge so that --limit-cpu
@@ -282,7 +307,7 @@ def set_command(
         f"Updated {queue['name']}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}, "
         f"over-quota weight {_weight(queue)}, priority {queue['priority']}."
-        f"{_rules_sentence(queue)}"
+        f"{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 
@@ -411,6 +436,32 @@ def _rules_text(rules: dict[str, RuleOut]) -> str:
 def _rules_sentence(queue: QueueOut) -> str:
     text = _rules_text(queue["rules"])
     return f" Rules: {text}." if text else ""
+
+
+def _min_runtimes(preempt: str | None, reclaim: str | None) -> dict[str, float | None]:
+    """The min-runtime fields given, in seconds; "inherit" is null (the parent's)."""
+    fields: dict[str, float | None] = {}
+    for field, flag, text in (
+        ("preempt_min_runtime", "--preempt-min-runtime", preempt),
+        ("reclaim_min_runtime", "--reclaim-min-runtime", reclaim),
+    ):
+        if text is not None:
+            inherit = text.strip().lower() == "inherit"
+            fields[field] = None if inherit else parse_duration_option(flag, text)
+    return fields
+
+
+def _min_runtime_sentence(queue: QueueOut) -> str:
+    """ " Preempt min-runtime 10m; reclaim min-runtime 10m." for those set on the queue."""
+    parts = [
+        f"{kind} min-runtime {format_duration(seconds)}"
+        for kind, seconds in (
+            ("preempt", queue.get("preempt_min_runtime")),
+            ("reclaim", queue.get("reclaim_min_runtime")),
+        )
+        if seconds is not None
+    ]
+    return f" {'; '.join(parts).capitalize()}." if parts else ""
 
 
 def _weight(queue: QueueOut) -> str:

@@ -56,9 +56,13 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
             workloads.append(workload)
             continue
         placements = [p for p in workload.placements if p.task not in gone]
+        running_for = workload.running_for
+        if started and len(placements) == 0:
+            # Started (again) now: young for min-runtime.
+            running_for = 0.0
         placements.extend(started)
         placements.sort(key=lambda p: p.task)
-        workloads.append(replace(workload, placements=tuple(placements)))
+        workloads.append(replace(workload, placements=tuple(placements), running_for=running_for))
     return Snapshot(snapshot.nodes, snapshot.queues, tuple(workloads), snapshot.hidden)
 
 
@@ -131,10 +135,13 @@ class Cycle:
         """Run the configured actions in order and return the decisions."""
         session = self.session
         victims = VictimSearch(session)
+        consolidate = Consolidate(session)
+        # Reclaim may move work as well when the cycle consolidates.
+        moves = consolidate.moves_for if "consolidate" in self.config.actions else None
         actions: dict[ActionName, Callable[[], None]] = {
             "allocate": Allocate(session).run,
-            "consolidate": Consolidate(session).run,
-            "reclaim": Reclaim(session, victims).run,
+            "consolidate": consolidate.run,
+            "reclaim": Reclaim(session, victims, moves).run,
             "preempt": Preempt(session, victims).run,
         }
         for name in self.config.actions:
@@ -340,4 +347,17 @@ def _build_queues(snapshot: Snapshot) -> dict[str, QueueState]:
         while level is not None:
             queue.path.append(level)
             level = level.parent
+        queue.min_runtime = {
+            "preempt": _inherited(queue, "preempt_min_runtime"),
+            "reclaim": _inherited(queue, "reclaim_min_runtime"),
+        }
     return queues
+
+
+def _inherited(queue: QueueState, field: str) -> float:
+    """The queue's own setting of `field`, else its nearest ancestor's; 0 when none is set."""
+    for level in queue.path:
+        value: float | None = getattr(level.queue, field)
+        if value is not None:
+            return value
+    return 0.0

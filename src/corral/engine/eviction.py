@@ -14,7 +14,7 @@ from corral.engine.kinds import GPU, EvictionKind
 from corral.engine.quota import diverging, quota_block, within_quota
 from corral.engine.session import Session
 from corral.engine.state import Candidate, QueueState, WorkloadState
-from corral.model import Placement
+from corral.model import Placement, Workload
 from corral.model.resources import EPSILON
 
 # A victim: some running tasks of one workload, evicted together. `tasks` None means
@@ -22,6 +22,9 @@ from corral.model.resources import EPSILON
 Unit = tuple[WorkloadState, tuple[int, ...] | None]
 # Gives the next victim to try for one attempt, or None when there is none.
 NextVictim = Callable[[], Unit | None]
+# Places a candidate tentatively by moving running work: returns what records the
+# placement and the moves, or None (the state as it was) when moves do not make room.
+MakeRoom = Callable[[Candidate], Callable[[], None] | None]
 
 
 class VictimSearch:
@@ -38,9 +41,15 @@ class VictimSearch:
         self._resume: dict[str, int] = {}
 
     def evict_for(
-        self, candidate: Candidate, next_victim: NextVictim, kind: EvictionKind
+        self,
+        candidate: Candidate,
+        next_victim: NextVictim,
+        kind: EvictionKind,
+        moves: MakeRoom | None = None,
     ) -> tuple[bool, int]:
-        """Evict victims one by one until the candidate fits; commit or roll back.
+        """Evict victims one by one until the candidate fits; commit or roll back. With
+        `moves`, once the GPUs free would do but the candidate does not fit as things
+        are, running work may be moved to make room before more is evicted.
 
         Returns whether the candidate was placed and how many victims were tried."""
         session = self.session
@@ -51,16 +60,23 @@ class VictimSearch:
         self._tentative.clear()
         self._resume.clear()
         while True:
+            commit: Callable[[], None] | None = None
             if (
                 candidate.request[GPU] <= state.free_gpu + EPSILON
                 and quota_block(ws, candidate.request) is None
-                and not isinstance(session.place_checked(ws, candidate.tasks), str)
+                and (
+                    not isinstance(session.place_checked(ws, candidate.tasks), str)
+                    or (moves is not None and (commit := moves(candidate)) is not None)
+                )
             ):
+                if commit is not None:
+                    commit()
                 self._keep_needed(victims)
                 for (victim, _), taken in victims:
                     if taken:
                         tasks = tuple(sorted(placement.task for placement in taken))
-                        reason = _eviction_reason(kind, victim, ws)
+                        freed = sum(placement.gpu for placement in taken)
+                        reason = _eviction_reason(kind, victim, ws, freed)
                         session.record_eviction(victim, tasks, kind, ws, reason)
                 state.journal.clear()
                 return True, len(victims)
@@ -82,7 +98,11 @@ class VictimSearch:
     ) -> Unit | None:
         """The first victim unit of `leaf` still in place that could make room for `ws`
         (only units below `below_priority`, and with a task on node `on_node`, when
-        given)."""
+        given). A workload that has run for less than its queue's min-runtime of the
+        kind (preempt when `below_priority` is given, else reclaim) is no victim, though
+        an elastic one may still lose its extra tasks."""
+        kind = "reclaim" if below_priority is None else "preempt"
+        min_runtime = leaf.min_runtime[kind]
         units = self._victim_units(leaf)
         touched = self.session.touched
         start = self._cursor.get(leaf.name, 0)
@@ -101,6 +121,8 @@ class VictimSearch:
                 self._resume[leaf.name] = position
                 return None
             if victim.name in touched or victim.started or id(unit) in self._tentative:
+                continue
+            if tasks is None and min_runtime > 0 and _too_young(victim, min_runtime):
                 continue
             wanted = tasks if tasks is not None else tuple(victim.original)
             running = [
@@ -130,19 +152,23 @@ class VictimSearch:
 
     def _victim_units(self, leaf: QueueState) -> list[Unit]:
         """Victim units of a queue in the order they are taken: lowest priority first; an
-        elastic workload's extra tasks before minimum gangs; idle before busy; newest first."""
+        elastic workload's extra tasks before minimum gangs; the fewest GPU-seconds of work
+        lost since the last checkpoint; idle before busy; newest first."""
         if self._units is None:
             keyed: dict[str, list[tuple[tuple[object, ...], Unit]]] = {}
             for ws in self.session.workloads:
                 if not ws.original or not ws.preemptible:
                     continue
                 workload = ws.workload
+                unsaved = _unsaved_seconds(workload)
                 rank = (0 if workload.idle else 1, -workload.submitted, workload.name)
                 entries = keyed.setdefault(ws.queue.name, [])
-                for task in ws.original:
+                for task, placement in ws.original.items():
                     if task >= workload.min_tasks:
-                        entries.append(((workload.priority, 0, *rank, -task), (ws, (task,))))
-                entries.append(((workload.priority, 1, *rank, 0), (ws, None)))
+                        lost = placement.gpu * unsaved
+                        entries.append(((workload.priority, 0, lost, *rank, -task), (ws, (task,))))
+                lost = unsaved * sum(placement.gpu for placement in ws.original.values())
+                entries.append(((workload.priority, 1, lost, *rank, 0), (ws, None)))
             self._units = {
                 name: [unit for _, unit in sorted(entries, key=lambda item: item[0])]
                 for name, entries in keyed.items()
@@ -182,8 +208,24 @@ class VictimSearch:
         return all(node.used[device] + share <= 1.0 + EPSILON for device in placement.devices)
 
 
-def _eviction_reason(kind: EvictionKind, victim: WorkloadState, by: WorkloadState) -> str:
-    """Why `victim` is evicted for `by`, in the words of the victim's pending reason."""
+def _unsaved_seconds(workload: Workload) -> float:
+    """Seconds of work a workload would lose if evicted now: since its last checkpoint,
+    else since it started; 0 when neither is known (then age alone decides)."""
+    if workload.since_checkpoint is not None:
+        return workload.since_checkpoint
+    return workload.running_for or 0.0
+
+
+def _too_young(victim: WorkloadState, min_runtime: float) -> bool:
+    running_for = victim.workload.running_for
+    return running_for is not None and running_for < min_runtime - EPSILON
+
+
+def _eviction_reason(
+    kind: EvictionKind, victim: WorkloadState, by: WorkloadState, freed: float
+) -> str:
+    """Why `victim` is evicted for `by`, in the words of the victim's pending reason
+    (`freed`: the GPUs the eviction took from the victim's queue)."""
     if kind == "preempt":
         return (
             f"{by.name} (priority {by.workload.priority}) preempts lower-priority work "
@@ -195,4 +237,7 @@ def _eviction_reason(kind: EvictionKind, victim: WorkloadState, by: WorkloadStat
         if under.alloc[GPU] <= under.deserved[GPU] + EPSILON
         else "under its fair share"
     )
+    if over.alloc[GPU] + freed <= over.fair_share[GPU] + EPSILON:
+        # Taken for a deserved quota from a queue at its fair share but above its own.
+        return f"queue {over.name} is above its deserved quota; {under.name} is {why}"
     return f"queue {over.name} is over its fair share; {under.name} is {why}"

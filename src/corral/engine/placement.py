@@ -187,6 +187,10 @@ class Placer:
             best = max(best, outcome if isinstance(outcome, int) else len(tasks))
         return best
 
+    def domains(self, key: str, allowed: Allowed) -> dict[str, frozenset[int]]:
+        """The nodes of `allowed` by their value of label `key` (nodes without it left out)."""
+        return self._group_by_label(key, allowed)
+
     def _group_by_label(self, key: str, allowed: Allowed) -> dict[str, frozenset[int]]:
         groups: dict[str, set[int]] = {}
         for node in self.nodes_of(allowed):

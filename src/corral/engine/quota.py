@@ -145,6 +145,50 @@ def within_fair_share(queue: QueueState, request: Request) -> int:
     return reach
 
 
+def within_deserved(queue: QueueState, request: Request) -> int:
+    """How many queues of `queue.path`, from the leaf up, stay within their deserved
+    quota with `request` added."""
+    reach = 0
+    for level in queue.path:
+        for resource in DIMENSIONS:
+            if request[resource] > EPSILON and (
+                level.alloc[resource] + request[resource] > level.deserved[resource] + EPSILON
+            ):
+                return reach
+        reach += 1
+    return reach
+
+
+def above_deserved_at_share(
+    alloc: Sequence[float],
+    deserved: Sequence[float],
+    fair_share: Sequence[float],
+    request: Request = EVERYTHING,
+) -> bool:
+    """Whether a queue holds more than its deserved quota of a resource `request` asks
+    for while holding at least its fair share of it."""
+    return any(
+        request[resource] > EPSILON
+        and alloc[resource] > deserved[resource] + EPSILON
+        and alloc[resource] >= fair_share[resource] - EPSILON
+        for resource in DIMENSIONS
+    )
+
+
+def all_above_deserved(levels: Sequence[QueueState], wanted: Sequence[int]) -> bool:
+    """True when every queue of `levels` holds more than its deserved quota, and at
+    least its fair share, of one of the resources `wanted`."""
+    for level in levels:
+        alloc, share, deserved = level.alloc, level.fair_share, level.deserved
+        if not any(
+            alloc[resource] > deserved[resource] + EPSILON
+            and alloc[resource] >= share[resource] - EPSILON
+            for resource in wanted
+        ):
+            return False
+    return True
+
+
 def all_over(levels: Sequence[QueueState], wanted: Sequence[int]) -> bool:
     """True when every queue of `levels` is over its fair share of one of the resources
     `wanted`."""

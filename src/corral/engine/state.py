@@ -80,6 +80,7 @@ class QueueState:
         "deserved",
         "fair_share",
         "limit",
+        "min_runtime",
         "name",
         "np_alloc",
         "parent",
@@ -117,6 +118,9 @@ class QueueState:
         # What the queue is entitled to now: its deserved quota or fair share, the larger
         # (see `set_fair_share`).
         self.allotment = list(self.deserved)
+        # Seconds its work must have run before it is a victim, by eviction kind, as
+        # inherited down the tree (set once the tree is built; 0 is off).
+        self.min_runtime: dict[str, float] = {"preempt": 0.0, "reclaim": 0.0}
 
     @property
     def leaf(self) -> bool:

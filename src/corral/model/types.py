@@ -91,6 +91,10 @@ class Queue:
     limit: Resources = UNLIMITED
     over_quota_weight: Resources = Resources(1.0, 1.0, 1.0)
     priority: int = 100
+    # Seconds a workload must have run before it may be a victim of preemption (of
+    # reclaim): None inherits the parent's, and a root's None is off.
+    preempt_min_runtime: float | None = None
+    reclaim_min_runtime: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +168,10 @@ class Workload:
     placements: tuple[Placement, ...] = ()
     # Utilisation hint for victim choice: True when the GPUs this workload holds are idle.
     idle: bool = False
+    # Seconds since the workload last started (for min-runtime); None: unknown, old enough.
+    running_for: float | None = None
+    # Seconds since its last checkpoint (work lost if evicted now); None: unknown.
+    since_checkpoint: float | None = None
 
     @property
     def task_count(self) -> int:

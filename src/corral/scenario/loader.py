@@ -35,6 +35,7 @@ from corral.model import (
     parse_memory,
     resolve_priority,
 )
+from corral.model.durations import parse_duration
 from corral.model.resources import UNLIMITED
 from corral.model.types import ACTIONS, GpuPlacementPolicy, PlacementPolicy
 from corral.scenario.errors import FieldError, ScenarioError
@@ -52,7 +53,16 @@ _TOP_FIELDS = ("name", "description", "scheduler", "run", "nodes", "queues", "wo
 _SCHEDULER_FIELDS = ("placement", "gpu_placement", "actions")
 _RUN_FIELDS = ("cycles",)
 _NODE_FIELDS = ("name", "gpus", "gpu_memory", "gpu_model", "cpu", "memory", "labels")
-_QUEUE_FIELDS = ("name", "parent", "deserved", "limit", "over_quota_weight", "priority")
+_QUEUE_FIELDS = (
+    "name",
+    "parent",
+    "deserved",
+    "limit",
+    "over_quota_weight",
+    "priority",
+    "preempt_min_runtime",
+    "reclaim_min_runtime",
+)
 _RESOURCE_FIELDS = ("gpu", "cpu", "memory")
 _WORKLOAD_FIELDS = (
     "name",
@@ -67,8 +77,10 @@ _WORKLOAD_FIELDS = (
     "node",
     "nodes",
     "gpu_group",
+    "running_for",
+    "since_checkpoint",
 )
-_RUNNING_FIELDS = ("node", "nodes", "gpu_group")
+_RUNNING_FIELDS = ("node", "nodes", "gpu_group", "running_for", "since_checkpoint")
 _TASK_GROUP_FIELDS = ("name", "replicas", "gpu", "gpu_memory", "cpu", "memory")
 _TOPOLOGY_FIELDS = ("required", "preferred")
 _EXPECT_FIELDS = ("running", "pending", "evicted", "same_gpu")
@@ -278,6 +290,8 @@ def _read_queues(value: object) -> dict[str, Queue]:
                 fields, "over_quota_weight", path, _weights, _QUEUE.over_quota_weight
             ),
             priority=_given(fields, "priority", path, _integer, _QUEUE.priority),
+            preempt_min_runtime=_given(fields, "preempt_min_runtime", path, _duration, None),
+            reclaim_min_runtime=_given(fields, "reclaim_min_runtime", path, _duration, None),
         )
         _check_limit(queue, f"{path}.limit")
         queues[name] = queue
@@ -368,6 +382,8 @@ def _read_workload(
         if "topology" in fields
         else None,
         submitted=float(index),
+        running_for=_given(fields, "running_for", path, _duration, None),
+        since_checkpoint=_given(fields, "since_checkpoint", path, _duration, None),
     )
     status = fields.get("status", "pending")
     if status not in _STATUSES:
@@ -665,6 +681,14 @@ def _given(
 ) -> _Value:
     """The field `key` of the mapping at `path`, read and checked, or `default` if absent."""
     return read(fields[key], f"{path}.{key}") if key in fields else default
+
+
+def _duration(value: object, path: str) -> float | None:
+    """Seconds from 90, "90s", "10m", "4h" (typed to allow a None default in `_given`)."""
+    try:
+        return parse_duration(value)
+    except ValueError as error:
+        raise FieldError(path, str(error)) from None
 
 
 def _count(value: object, path: str) -> int:

@@ -204,6 +204,10 @@ class QueueOut(TypedDict):
     limit: Amounts
     over_quota_weight: WeightsOut
     priority: int
+    # seconds, set on this queue itself (null: inherited or off)
+    preempt_min_runtime: float | None
+    # seconds, set on this queue itself (null: inherited or off)
+    reclaim_min_runtime: float | None
     # from the latest scheduling cycle
     fair_share: Amounts | None
     allocated: Amounts | None

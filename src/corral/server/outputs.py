@@ -43,6 +43,8 @@ def queue_out(record: QueueRecord, rules: RuleSet, last: Decisions | None) -> Qu
         limit=Amounts.of(queue.limit),
         over_quota_weight=WeightsOut.of(queue.over_quota_weight),
         priority=queue.priority,
+        preempt_min_runtime=queue.preempt_min_runtime,
+        reclaim_min_runtime=queue.reclaim_min_runtime,
         fair_share=Amounts.of(status.fair_share) if status else None,
         allocated=Amounts.of(status.allocated) if status else None,
         requested=Amounts.of(status.requested) if status else None,

@@ -25,6 +25,7 @@ from corral.model import (
     resolve_priority,
 )
 from corral.model.arrays import parse_array, parse_dependency
+from corral.model.durations import parse_duration
 from corral.model.spec import Device, NodeSpec, PortSpec, WorkloadSpec
 from corral.server.accounts import is_root_account
 from corral.server.rules import RuleOut, RulesIn
@@ -44,6 +45,19 @@ LabelValue = Annotated[str, Field(max_length=63)]
 Memory = Annotated[int | str, Field(description='bytes, or a binary unit: "512MiB", "80GiB"')]
 # Amounts are bounded so that arithmetic never overflows and JSON stays finite.
 Amount = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+
+
+def _seconds(value: float | str) -> float:
+    # parse_duration's ValueError says what was wrong; pydantic names the field.
+    return parse_duration(value)
+
+
+# A min-runtime: seconds, or a duration such as "10m"; answered in seconds.
+MinRuntime = Annotated[
+    float | str,
+    Field(description='seconds, or a duration: "90s", "10m", "4h"'),
+    AfterValidator(_seconds),
+]
 MAX_MEMORY = 1 << 60
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -148,6 +162,12 @@ class QueueIn(Body):
     limit: Quota | Amount | None = None
     over_quota_weight: Weights | Amount = 1.0
     priority: int = Field(100, ge=-1_000_000, le=1_000_000)
+    preempt_min_runtime: MinRuntime | None = Field(
+        None, description="work that has run for less is no victim of preemption; null inherits"
+    )
+    reclaim_min_runtime: MinRuntime | None = Field(
+        None, description="work that has run for less is no victim of reclaim; null inherits"
+    )
     rules: RulesIn | None = Field(None, description="rules that act on utilisation, by class")
 
     def to_model(self) -> Queue:
@@ -158,7 +178,14 @@ class QueueIn(Body):
             limit=_quota(self.limit, math.inf),
             over_quota_weight=_weights(self.over_quota_weight),
             priority=self.priority,
+            preempt_min_runtime=_optional_seconds(self.preempt_min_runtime),
+            reclaim_min_runtime=_optional_seconds(self.reclaim_min_runtime),
         )
+
+
+def _optional_seconds(value: float | str | None) -> float | None:
+    # Already validated into seconds by MinRuntime.
+    return None if value is None else float(value)
 
 
 class QueuePatch(Body):
@@ -169,6 +196,8 @@ class QueuePatch(Body):
     limit: Quota | Amount | None = None
     over_quota_weight: Weights | Amount | None = None
     priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
+    preempt_min_runtime: MinRuntime | None = Field(None, description="null: inherit again")
+    reclaim_min_runtime: MinRuntime | None = Field(None, description="null: inherit again")
     rules: RulesIn | None = Field(None, description="replaces all the queue's rules; null: none")
 
     def changes(self) -> dict[str, Any]:
@@ -184,6 +213,9 @@ class QueuePatch(Body):
             changes["over_quota_weight"] = _weights(self.over_quota_weight)
         if "priority" in given and self.priority is not None:
             changes["priority"] = self.priority
+        for field in ("preempt_min_runtime", "reclaim_min_runtime"):
+            if field in given:
+                changes[field] = _optional_seconds(getattr(self, field))
         return changes
 
 
@@ -222,6 +254,12 @@ class QueueOut(BaseModel):
     limit: Amounts
     over_quota_weight: WeightsOut
     priority: int
+    preempt_min_runtime: float | None = Field(
+        None, description="seconds, set on this queue itself (null: inherited or off)"
+    )
+    reclaim_min_runtime: float | None = Field(
+        None, description="seconds, set on this queue itself (null: inherited or off)"
+    )
     fair_share: Amounts | None = Field(description="from the latest scheduling cycle")
     allocated: Amounts | None
     requested: Amounts | None

@@ -54,6 +54,7 @@ from sortedcontainers import SortedList
 from corral.engine import divide_tree
 from corral.engine.actions import Allocate, Preempt, Reclaim
 from corral.engine.quota import (
+    above_deserved_at_share,
     could_stay_within_deserved,
     could_stay_within_limit,
     over_fair_share,
@@ -352,7 +353,12 @@ class CycleGate:
         over = [
             totals
             for totals in self.queues.values()
-            if totals.leaf and over_fair_share(totals.alloc, shares[totals.name], slack=_SLACK)
+            if totals.leaf
+            and (
+                over_fair_share(totals.alloc, shares[totals.name], slack=_SLACK)
+                # A queue under its deserved quota may take from one above its own.
+                or above_deserved_at_share(totals.alloc, totals.deserved, shares[totals.name])
+            )
         ]
         if not over:
             return False

@@ -59,7 +59,10 @@ class SimSettings:
 
     `horizon` stops the clock early (None: run until no work is left that can run).
     `shortcuts` False runs every requested cycle on every pending workload, for checking
-    that skipping quiet cycles and hiding pending work (`CycleGate`) changes nothing."""
+    that skipping quiet cycles and hiding pending work (`CycleGate`) changes nothing.
+    `checkpoint_aware` tells the engine each running job's time since its last checkpoint,
+    so that it takes the victims that lose the least work (otherwise it sees none, and
+    takes the newest)."""
 
     cycle_interval: float = 10.0
     checkpoint_interval: float = 1800.0
@@ -67,6 +70,7 @@ class SimSettings:
     sample_interval: float | None = None
     horizon: float | None = None
     shortcuts: bool = True
+    checkpoint_aware: bool = False
 
 
 # Task groups and node selector: what the engine weighs of a pending workload it does
@@ -279,10 +283,25 @@ class Simulation:
             self.gate.cycle_done(changed=False)
             return False
         self.cycles += 1
+        if self.settings.checkpoint_aware:
+            self._tell_checkpoints(now)
         decisions = self._schedule_selected() if shortcuts else self._schedule_all()
         self._apply(decisions, now)
         self.gate.cycle_done(decisions.changed)
         return decisions.changed
+
+    def _tell_checkpoints(self, now: float) -> None:
+        """Give each running workload its seconds of work since its last checkpoint (what
+        `_evict` would throw away now), as agents report it on a live cluster."""
+        interval = self.settings.checkpoint_interval
+        for name, workload in self.running.items():
+            state = self.by_name[name]
+            progress = state.saved + max(now - state.run_start - state.restart, 0.0)
+            kept = progress if interval <= 0 else math.floor(progress / interval) * interval
+            unsaved = progress - kept
+            if workload.since_checkpoint != unsaved:
+                state.workload = replace(workload, since_checkpoint=unsaved)
+                self.running[name] = state.workload
 
     def _schedule_selected(self) -> Decisions:
         """A cycle over the pending work the gate says matters (all of it if in doubt)."""

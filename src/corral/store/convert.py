@@ -18,7 +18,8 @@ from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
 
 
 def fill_queue(row: QueueRow, queue: Queue) -> None:
-    """Write the queue's amounts and priority into its row (unlimited amounts as NULL)."""
+    """Write the queue's amounts, priority and min-runtimes into its row (unlimited
+    amounts as NULL)."""
     row.deserved_gpu = queue.deserved.gpu
     row.deserved_cpu = _optional(queue.deserved.cpu)
     row.deserved_memory = _int_or_none(queue.deserved.memory)
@@ -29,6 +30,8 @@ def fill_queue(row: QueueRow, queue: Queue) -> None:
     row.weight_cpu = queue.over_quota_weight.cpu
     row.weight_memory = queue.over_quota_weight.memory
     row.priority = queue.priority
+    row.preempt_min_runtime = queue.preempt_min_runtime
+    row.reclaim_min_runtime = queue.reclaim_min_runtime
 
 
 def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
@@ -42,6 +45,8 @@ def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
         limit=Resources(_or_inf(row.limit_gpu), _or_inf(row.limit_cpu), _or_inf(row.limit_memory)),
         over_quota_weight=Resources(row.weight_gpu, row.weight_cpu, row.weight_memory),
         priority=row.priority,
+        preempt_min_runtime=row.preempt_min_runtime,
+        reclaim_min_runtime=row.reclaim_min_runtime,
     )
 
 

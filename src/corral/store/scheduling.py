@@ -138,7 +138,8 @@ def active_workloads(
     rows = _within_array_limits(session, rows)
     span = (active, WorkloadRow.id > after, WorkloadRow.id <= newest)
     groups = _task_groups(session, span)
-    placed = _placements(session, span, nodes)
+    placed, started = _placements(session, span, nodes)
+    now = time.time()
     workloads = tuple(
         Workload(
             name=w.name,
@@ -152,6 +153,8 @@ def active_workloads(
             submitted=float(w.id),
             placements=tuple(placed.get(w.id, ())),
             idle=w.name in idle,
+            # For min-runtime: since its running tasks were bound (a restart starts anew).
+            running_for=max(now - started[w.id], 0.0) if w.id in started else None,
         )
         for w in rows
     )
@@ -207,8 +210,10 @@ def _task_groups(session: Session, span: tuple[Any, ...]) -> dict[int, list[Task
 
 def _placements(
     session: Session, span: tuple[Any, ...], nodes: dict[int, str]
-) -> dict[int, list[Placement]]:
+) -> tuple[dict[int, list[Placement]], dict[int, float]]:
+    """Each workload's placements, and when the first of them was made."""
     placed: dict[int, list[Placement]] = {}
+    started: dict[int, float] = {}
     for p in session.execute(
         select(
             PlacementRow.workload_id,
@@ -216,13 +221,15 @@ def _placements(
             PlacementRow.node_id,
             PlacementRow.devices,
             PlacementRow.gpu,
+            PlacementRow.created_at,
         )
         .join(WorkloadRow, PlacementRow.workload_id == WorkloadRow.id)
         .where(*span)
         .order_by(PlacementRow.workload_id, PlacementRow.task)
     ):
         placed.setdefault(p[0], []).append(Placement(p[1], nodes[p[2]], tuple(p[3]), p[4]))
-    return placed
+        started[p[0]] = min(started.get(p[0], p[5]), p[5])
+    return placed, started
 
 
 def apply(session: Session, decisions: Decisions) -> list[Release]:

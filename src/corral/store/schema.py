@@ -51,6 +51,9 @@ class QueueRow(Base):
     weight_cpu: Mapped[float] = mapped_column(Float, default=1.0)
     weight_memory: Mapped[float] = mapped_column(Float, default=1.0)
     priority: Mapped[int] = mapped_column(Integer, default=100)
+    # Seconds a workload must have run before it is a victim; NULL inherits the parent's.
+    preempt_min_runtime: Mapped[float | None] = mapped_column(Float)
+    reclaim_min_runtime: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
     # Rules that act on utilisation, by workload class (corral.store.rules); NULL for none.
     rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)

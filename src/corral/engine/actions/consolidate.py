@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 
 from corral.engine.kinds import GPU
 from corral.engine.placement import Allowed, Failure
 from corral.engine.quota import quota_block, within_quota
 from corral.engine.session import Session
-from corral.engine.state import Candidate, WorkloadState
+from corral.engine.state import Candidate, WorkloadState, natural_key
 from corral.model import Placement
 from corral.model.resources import EPSILON
+
+# Records a tentative placement made by moves: the tasks started and the moves.
+Commit = Callable[[], None]
 
 
 class Consolidate:
@@ -30,20 +34,56 @@ class Consolidate:
             return
         for candidate in session.pending_in_order():
             if self._may_help(candidate):
-                ws = candidate.workload
-                self._consolidate_for(ws, candidate.tasks, session.placer.eligible(ws))
+                commit = self.moves_for(candidate)
+                if commit is not None:
+                    commit()
+                    session.state.journal.clear()
 
     def _may_help(self, candidate: Candidate) -> bool:
         ws = candidate.workload
+        topology = ws.workload.topology
         # Moves keep every workload placed, so only capacity free somewhere can help; it
         # may sit on nodes the candidate cannot use, where moved work can go.
         return (
-            ws.workload.topology is None
+            (topology is None or topology.required)
             and quota_block(ws, candidate.request) is None
             and candidate.request[GPU] <= self.session.state.free_gpu + EPSILON
         )
 
-    def _consolidate_for(self, ws: WorkloadState, tasks: list[int], allowed: Allowed) -> bool:
+    def moves_for(self, candidate: Candidate) -> Commit | None:
+        """Place the candidate in the tentative state by moving running work, every moved
+        workload placed again; returns what records it all (the tasks started and the
+        moves), or None with the state as it was. A gang that requires one topology
+        domain is tried in each domain big enough for it, the one with most free first."""
+        ws = candidate.workload
+        tasks = candidate.tasks
+        allowed = self.session.placer.eligible(ws)
+        topology = ws.workload.topology
+        if topology is None:
+            return self._moves_within(ws, tasks, allowed)
+        if not topology.required:
+            return None
+        for members in self._domains(candidate, topology.key, allowed):
+            commit = self._moves_within(ws, tasks, members)
+            if commit is not None:
+                return commit
+        return None
+
+    def _domains(self, candidate: Candidate, key: str, allowed: Allowed) -> list[frozenset[int]]:
+        """Domains of label `key` with GPUs enough for the candidate, the most GPUs free
+        first, then by name."""
+        nodes = self.session.state.nodes
+        ranked = []
+        for value, members in self.session.placer.domains(key, allowed).items():
+            size = sum(nodes[index].node.gpus for index in members)
+            if size + EPSILON < candidate.request[GPU]:
+                continue
+            free = sum(nodes[index].free_gpu for index in members)
+            ranked.append((-free, natural_key(value), members))
+        ranked.sort(key=lambda item: (item[0], item[1]))
+        return [members for _, _, members in ranked]
+
+    def _moves_within(self, ws: WorkloadState, tasks: list[int], allowed: Allowed) -> Commit | None:
         session = self.session
         state = session.state
         mark = state.checkpoint()
@@ -55,30 +95,33 @@ class Consolidate:
                 placement = self._make_room(ws, task, allowed, moved)
             if placement is None:
                 state.rollback(mark)
-                return False
+                return None
             state.bind(ws, placement)
             placed.append(placement)
         if not within_quota(ws):
             # Memory-sized fractions may have taken more of a device than estimated.
             state.rollback(mark)
-            return False
+            return None
         replaced: dict[str, list[Placement]] = {}
         for mover in moved:
             result = session.placer.place(mover, sorted(mover.original))
             # A memory-sized fraction may take a larger share of a smaller device.
             if isinstance(result, Failure) or not within_quota(mover):
                 state.rollback(mark)
-                return False
+                return None
             replaced[mover.name] = result
-        for placement in placed:
-            ws.started[placement.task] = placement
-        for mover in moved:
-            reason = f"moved to another node to make room for {ws.name}"
-            session.record_eviction(mover, tuple(sorted(mover.original)), "consolidate", ws, reason)
-            for placement in replaced[mover.name]:
-                mover.started[placement.task] = placement
-        state.journal.clear()
-        return True
+
+        def commit() -> None:
+            for placement in placed:
+                ws.started[placement.task] = placement
+            for mover in moved:
+                reason = f"moved to another node to make room for {ws.name}"
+                tasks_moved = tuple(sorted(mover.original))
+                session.record_eviction(mover, tasks_moved, "consolidate", ws, reason)
+                for placement in replaced[mover.name]:
+                    mover.started[placement.task] = placement
+
+        return commit
 
     def _make_room(
         self, ws: WorkloadState, task: int, allowed: Allowed, moved: list[WorkloadState]

@@ -10,27 +10,31 @@ from __future__ import annotations
 
 import itertools
 
-from corral.engine.eviction import NextVictim, Unit, VictimSearch
+from corral.engine.eviction import MakeRoom, NextVictim, Unit, VictimSearch
 from corral.engine.kinds import CPU, DIMENSIONS, GPU, MEMORY, Request
 from corral.engine.quota import (
+    above_deserved_at_share,
+    all_above_deserved,
     all_over,
     amount_text,
     first_over,
     over_fair_share,
     quota_block,
     served_ratio,
+    within_deserved,
     within_fair_share,
 )
 from corral.engine.session import Session
 from corral.engine.state import Candidate, QueueState, WorkloadState, natural_key
 from corral.model.resources import EPSILON
 
-# Whether a leaf other than a reclaimer's is over its fair share on what the reclaimer
-# asks for, by (reclaimer's queue, asks for GPU, CPU, memory).
-AnyoneOver = dict[tuple[str, bool, bool, bool], bool]
-# A leaf's rank among the queues that may give: most over-served first, then the most
-# GPUs held, then by name.
-GiverRank = tuple[float, float, tuple[object, ...]]
+# Whether a leaf other than a reclaimer's may give what the reclaimer asks for, by
+# (reclaimer's queue, asks for GPU, CPU, memory, stays within its deserved quota).
+AnyoneOver = dict[tuple[str, bool, bool, bool, bool], bool]
+# A leaf's rank among the queues that may give: queues over their fair share before
+# those that only hold more than they deserve (for a reclaimer under its deserved quota),
+# lower queue priority first, most over-served, then the most GPUs held, then by name.
+GiverRank = tuple[int, int, float, float, tuple[object, ...]]
 # A leaf that may give, the queues of its path below where it meets a reclaimer's, the
 # index in the reclaimer's path of the queue where they meet (None: above the root), and
 # the names of those queues below.
@@ -40,14 +44,21 @@ Giver = tuple[QueueState, list[QueueState], int | None, frozenset[str]]
 class Reclaim:
     """Take back from queues over their fair share for pending work within its own."""
 
-    def __init__(self, session: Session, victims: VictimSearch) -> None:
+    def __init__(
+        self, session: Session, victims: VictimSearch, moves: MakeRoom | None = None
+    ) -> None:
+        """`moves`: how to move running work to make room (consolidation), when the cycle
+        consolidates; reclaim then tries it before it gives up."""
         self.session = session
         self.victims = victims
+        self.moves = moves
         self._name_keys: dict[str, tuple[object, ...]] = {}
         self._givers_of: dict[str, list[Giver]] = {}
         # A leaf's rank as a giver of the resources asked for (None: it may not give), and
         # the sum of its path's stamps it was worked out at.
-        self._giver_ranks: dict[tuple[str, tuple[int, ...]], tuple[int, GiverRank | None]] = {}
+        self._giver_ranks: dict[
+            tuple[str, tuple[int, ...], bool], tuple[int, GiverRank | None]
+        ] = {}
 
     @staticmethod
     def could_take(
@@ -63,7 +74,11 @@ class Reclaim:
         """Queues under their fair share take GPUs back from queues above theirs."""
         session = self.session
         if not any(
-            queue.leaf and over_fair_share(queue.alloc, queue.fair_share)
+            queue.leaf
+            and (
+                over_fair_share(queue.alloc, queue.fair_share)
+                or above_deserved_at_share(queue.alloc, queue.deserved, queue.fair_share)
+            )
             for queue in session.queues.values()
         ):
             return
@@ -77,19 +92,35 @@ class Reclaim:
             for candidate, reach in reaches:
                 if reach == 0:
                     self._cannot_reclaim_within(candidate)
-            return
-        for candidate in session.pending_in_order():
-            reach = self._reach(candidate, anyone_over)
-            if reach is None:
+        else:
+            for candidate in session.pending_in_order():
+                reach = self._reach(candidate, anyone_over)
+                if reach is None:
+                    continue
+                if reach == 0:
+                    self._cannot_reclaim_within(candidate)
+                    continue
+                if self._reclaim_for(candidate, reach):
+                    anyone_over.clear()
+        self._grow(anyone_over)
+
+    def _grow(self, anyone_over: AnyoneOver) -> None:
+        """Running elastic workloads grow by reclaim, one task at a time, while their
+        queues stay within their fair share (pending work was served first)."""
+        session = self.session
+        for ws in session.workloads:
+            if not ws.running or not ws.workload.elastic or ws.name in session.touched:
                 continue
-            if reach == 0:
-                self._cannot_reclaim_within(candidate)
-                continue
-            if self._reclaim_for(candidate, reach):
+            while tasks := ws.unplaced()[:1]:
+                candidate = Candidate(ws, tasks, session.request_of(ws, tasks), growth=True)
+                reach = self._reach(candidate, anyone_over)
+                if not reach or not self._reclaim_for(candidate, reach):
+                    break
                 anyone_over.clear()
 
     def _reclaim_for(self, candidate: Candidate, reach: int) -> bool:
-        """Evict victims of queues that may give until the candidate fits; say why not."""
+        """Evict victims of queues that may give until the candidate fits; say why not
+        (a workload that only grows keeps the reason it has)."""
         evict_for = self.victims.evict_for
         placed, tried = evict_for(candidate, self._victims(candidate, reach), "reclaim")
         if not placed and tried and candidate.request[GPU] > EPSILON:
@@ -97,7 +128,11 @@ class Reclaim:
             # candidate's tasks need them together: try again node by node.
             by_node = self._victims(candidate, reach, by_node=True)
             placed, _ = evict_for(candidate, by_node, "reclaim")
-        if not placed:
+            if not placed and self.moves is not None:
+                # Or they free GPUs enough that moving some running work would gather.
+                victims = self._victims(candidate, reach)
+                placed, _ = evict_for(candidate, victims, "reclaim", self.moves)
+        if not placed and not candidate.growth:
             self.session.note(
                 candidate.workload,
                 "cannot reclaim: evicting work of queues over their fair share would not make room"
@@ -114,15 +149,17 @@ class Reclaim:
         request = candidate.request
         if quota_block(ws, request) is not None:
             return None
+        guaranteed = within_deserved(ws.queue, request) > 0
         key = (
             ws.queue.name,
             request[GPU] > EPSILON,
             request[CPU] > EPSILON,
             request[MEMORY] > EPSILON,
+            guaranteed,
         )
         anyone = anyone_over.get(key)
         if anyone is None:
-            anyone = anyone_over[key] = self._anyone_over_fair_share(ws, request)
+            anyone = anyone_over[key] = self._anyone_over_fair_share(ws, request, guaranteed)
         if not anyone:
             return None
         return within_fair_share(ws.queue, request)
@@ -136,11 +173,21 @@ class Reclaim:
             f"cannot reclaim: queue {queue.name} would exceed its fair share of {share}",
         )
 
-    def _anyone_over_fair_share(self, ws: WorkloadState, request: Request) -> bool:
+    def _anyone_over_fair_share(
+        self, ws: WorkloadState, request: Request, guaranteed: bool
+    ) -> bool:
+        """Whether another leaf may give: one over its fair share, or, for a reclaimer
+        that stays within its deserved quota (`guaranteed`), one above its deserved."""
         return any(
             leaf.leaf
             and leaf is not ws.queue
-            and over_fair_share(leaf.alloc, leaf.fair_share, request)
+            and (
+                over_fair_share(leaf.alloc, leaf.fair_share, request)
+                or (
+                    guaranteed
+                    and above_deserved_at_share(leaf.alloc, leaf.deserved, leaf.fair_share, request)
+                )
+            )
             for leaf in self.session.queues.values()
         )
 
@@ -153,6 +200,9 @@ class Reclaim:
         # The victim's branch must split from the reclaimer's at an ancestor below which
         # the reclaimer stays within its fair share (the root counts when all of it does).
         root_allowed = reach >= len(ws.queue.path)
+        # Below its deserved quota a reclaimer may also take from queues that hold more
+        # than they deserve while at their fair share: the guarantee wins over the tie.
+        guaranteed = within_deserved(ws.queue, request)
         givers = self._givers(ws.queue)
         ranked: dict[str, tuple[GiverRank, QueueState]] = {}
         taken_from: list[QueueState] = []
@@ -167,12 +217,21 @@ class Reclaim:
                 mark = 0
                 for level in levels:
                     mark += level.stamp
-                found = kept.get((leaf.name, wanted))
+                below = len(ws.queue.path) if meet is None else meet
+                may_guarantee = below <= guaranteed
+                found = kept.get((leaf.name, wanted, may_guarantee))
                 if found is None or found[0] != mark:
                     key = None
-                    if all_over(levels, wanted):
-                        key = (-served_ratio(leaf, request), -leaf.alloc[GPU], self._name_key(leaf))
-                    found = kept[leaf.name, wanted] = (mark, key)
+                    tier = 0 if all_over(levels, wanted) else 1
+                    if tier == 0 or (may_guarantee and all_above_deserved(levels, wanted)):
+                        key = (
+                            tier,
+                            levels[-1].priority,
+                            -served_ratio(leaf, request),
+                            -leaf.alloc[GPU],
+                            self._name_key(leaf),
+                        )
+                    found = kept[leaf.name, wanted, may_guarantee] = (mark, key)
                 if found[1] is not None:
                     ranked[leaf.name] = (found[1], leaf)
                     return

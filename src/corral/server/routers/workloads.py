@@ -105,6 +105,7 @@ async def submit(
     # batches (corral.server.submissions) and wakes the scheduler.
     may_submit(current, body.project)
     require_account(background.cluster, current)
+    await run_in_threadpool(refuse_never_fitting, background, body, current.name)
     key = idempotency(idempotency_key, current.name, body)
     try:
         if body.name is not None:
@@ -120,6 +121,13 @@ async def submit(
         response.headers["Idempotent-Replayed"] = "true"
         record = found[0]
     return workload_out(record)
+
+
+def refuse_never_fitting(
+    background: Background, body: WorkloadIn, user: str, at: tuple[str | int, ...] = ()
+) -> None:
+    """422 for a workload that can never run on the cluster (corral.server.admission)."""
+    background.admission.check(body.to_spec(body.name or body.project, user), at)
 
 
 async def submit_named(
@@ -152,6 +160,8 @@ def submit_batch(
     for item in body.workloads:
         may_submit(current, item.project)
     require_account(background.cluster, current)
+    for index, item in enumerate(body.workloads):
+        refuse_never_fitting(background, item, current.name, ("workloads", index))
     key = idempotency(idempotency_key, current.name, body)
     for attempt in range(NAME_ATTEMPTS):
         specs = [

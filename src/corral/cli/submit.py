@@ -203,6 +203,15 @@ def submit_command(
             show_default="0",
         ),
     ] = None,
+    task_group: Annotated[
+        str | None,
+        typer.Option(
+            "--task-group",
+            metavar="NAME",
+            help="The name of its task group (several groups: corral apply -f).",
+            show_default="worker",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Print the workload (see -o) instead of submitting it."),
@@ -270,6 +279,8 @@ def submit_command(
             body["topology"] = {"key": topology, "required": True}
         if topology_preferred is not None:
             body["topology"] = {"key": topology_preferred, "required": False}
+        if task_group is not None:
+            task["name"] = task_group
         body.update(submit_time_fields(body, export, workdir, grace_period, backoff_limit))
         if dry_run:
             print_dry_run(body, project, output)

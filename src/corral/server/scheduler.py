@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from corral.engine import Scheduler, apply_decisions, schedule
 from corral.model import Decisions, SchedulerConfig, Snapshot
+from corral.server.decision_log import log_decisions
 from corral.server.metrics import SchedulerMetrics
 from corral.store import Store
 from corral.store.records import Release
@@ -127,6 +128,7 @@ class SchedulerLoop:
         self.last_seconds = time.perf_counter() - started
         self.cycles += 1
         self.metrics.cycle_done(self.last_seconds, decisions)
+        log_decisions(decisions)
         if self.on_changes is not None and decisions.changed:
             self.on_changes(decisions, releases)
         return decisions

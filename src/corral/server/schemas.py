@@ -471,6 +471,22 @@ class HolderOut(BaseModel):
     preemptible: bool
     node: str
     gpu: float
+    may_take: str | None = Field(
+        None,
+        description="for a pending workload: `reclaim` or `preempt` when the scheduler may "
+        "take these GPUs for it, else `no: ` and why not",
+    )
+
+
+class WhyQueueOut(BaseModel):
+    """A queue on the workload's path (its project, then each department), in GPUs as the
+    latest scheduling cycle saw them."""
+
+    name: str
+    deserved: float
+    limit: float | None = Field(description="null: no limit")
+    fair_share: float | None = Field(description="null before the first cycle")
+    allocated: float | None = Field(description="null before the first cycle")
 
 
 class WhyOut(BaseModel):
@@ -480,6 +496,16 @@ class WhyOut(BaseModel):
     position: int | None = Field(description="1 for the next in its project to be tried")
     ahead: list[str] = Field(description="pending workloads of its project tried before it")
     holders: list[HolderOut] = Field(description="running work on the nodes it may use")
+    needs: float = Field(0.0, description="GPUs it needs at once (an elastic one's minimum)")
+    queues: list[WhyQueueOut] = Field(
+        default_factory=list, description="its project and the departments above it"
+    )
+    reclaim: str | None = Field(
+        None, description="whether its project may take GPUs back from others, and what from"
+    )
+    preempt: str | None = Field(
+        None, description="whether lower-priority work of its own project may be preempted"
+    )
 
 
 # -- nodes ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from corral.server.logs import read_log
 from corral.server.outputs import vars_of, workload_out
 from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
 from corral.server.why import explain
+from corral.server.why_depth import deepen
 from corral.store import STATUSES, Conflict, Invalid, NotFound, Store, WorkloadRecord
 from corral.store.idempotency import Idempotency, Replayed
 
@@ -235,6 +236,8 @@ def logs(
 
 
 @router.get("/workloads/{name}/why", response_model=WhyOut)
-def why(name: str, current: User, store: StoreDep) -> WhyOut:
-    visible_workload(store, current, name)
-    return explain(store, name, readable_projects(current))
+def why(name: str, current: User, store: StoreDep, loop: LoopDep) -> WhyOut:
+    record = visible_workload(store, current, name)
+    plain = explain(store, name, readable_projects(current))
+    queues = [queue.queue for queue in store.list_queues()]
+    return deepen(plain, record.spec, queues, loop.last)

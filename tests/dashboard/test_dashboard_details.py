@@ -99,9 +99,7 @@ def test_date_labels_and_the_deserved_line_are_not_clipped(
     page = login(browsing, shared.token)
     page = browsing.open("/queues")
     figure = 'figure[data-queue="lab-b"]'
-    wait_until(
-        lambda: page.locator(f"{figure} .xtick text").count() > 0, 20, "lab-b's chart axes"
-    )
+    wait_until(lambda: page.locator(f"{figure} .xtick text").count() > 0, 20, "lab-b's chart axes")
     chart = _box(page, f"{figure} .main-svg")
     for label in page.locator(f"{figure} .xtick text").all():
         box = label.bounding_box()

@@ -333,6 +333,9 @@ class WorkloadOut(TypedDict):
     attempts: int
     created_at: float
     started_at: float | None
+    # for a pending workload, when it last became pending: its submission, or its latest requeue,
+    # retry or resume
+    pending_since: float | None
     finished_at: float | None
     placements: list[PlacementOut]
 

@@ -448,6 +448,11 @@ class WorkloadOut(BaseModel):
     attempts: int
     created_at: float
     started_at: float | None
+    pending_since: float | None = Field(
+        None,
+        description="for a pending workload, when it last became pending: its submission, "
+        "or its latest requeue, retry or resume",
+    )
     finished_at: float | None
     placements: list[PlacementOut]
 

@@ -131,6 +131,9 @@ class WorkloadRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
+    # When it last went back to pending (requeued, retried, resumed); NULL: it has been
+    # pending since it was submitted, if it is pending.
+    pending_since: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     queue: Mapped[QueueRow] = relationship()
     task_groups: Mapped[list[TaskGroupRow]] = relationship(

@@ -167,19 +167,23 @@
     return memory && !gpus ? gib(memory) : num(gpus);
   }
 
+  // When a pending workload last became pending: a requeue starts its wait again.
+  const pendingSince = (w) => (w.pending_since !== null && w.pending_since !== undefined ? w.pending_since : w.created_at);
+
   function waited(workload, now) {
+    if (workload.status === "pending") return now - pendingSince(workload);
     if (workload.started_at !== null && workload.started_at !== undefined) {
       return workload.started_at - workload.created_at;
     }
-    return workload.status === "pending" ? now - workload.created_at : null;
+    return null;
   }
 
   function longestWaits(pending, now, count) {
     return pending
       .slice()
-      .sort((a, b) => a.created_at - b.created_at || (a.name < b.name ? -1 : 1))
+      .sort((a, b) => pendingSince(a) - pendingSince(b) || (a.name < b.name ? -1 : 1))
       .slice(0, count || 8)
-      .map((w) => Object.assign({}, w, { waited: now - w.created_at }));
+      .map((w) => Object.assign({}, w, { waited: now - pendingSince(w) }));
   }
 
   function queueTree(queues) {

@@ -237,7 +237,9 @@ def test_list_describe_and_why(admin: Cli, api: httpx.Client) -> None:
     lines = why.splitlines()
     assert lines[0] == f"lw-last is pending: {waiting}"
     assert lines[1] == "It is number 2 in lw's queue, after lw-next."
-    assert row(why, "lw-big")[1:] == ["lw", "train (50)", "yes", "lw-node", "4"]
+    assert row(why, "lw-big")[1:] == [
+        "lw", "train (50)", "yes", "lw-node", "4", "no: same project, and its priority is not lower"
+    ]  # fmt: skip
     assert admin.ok("why", "lw-next").splitlines()[1] == (
         "It is the next of lw's pending workloads to be tried."
     )

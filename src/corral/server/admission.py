@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from corral.model import Node, Queue
 from corral.model.resources import EPSILON, format_gpus, format_memory, plural_gpus
@@ -29,11 +29,16 @@ Problem = tuple[tuple[str | int, ...], str]
 
 
 class Admission:
-    """Checks submissions against the cluster's shape, read again only when the store
-    changed since (its generation moves with every node and queue change)."""
+    """Checks submissions against the cluster's shape. The shape is the one the scheduler's
+    last cycle saw, in memory; since a node or a queue may have changed after it, a refusal
+    is made only once the store, read afresh, confirms it (refusals are rare, so the
+    common path reads nothing). Without a cycle yet (or on a server that runs no
+    scheduler), or when none of the last cycle's nodes match the workload, the store is
+    read, again only when its generation moved."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, kept: Callable[[], Shape | None] = lambda: None) -> None:
         self.store = store
+        self.kept = kept
         self._lock = threading.Lock()
         self._cached: tuple[int, Shape] | None = None
 
@@ -50,8 +55,16 @@ class Admission:
 
     def check(self, spec: WorkloadSpec, at: tuple[str | int, ...] = ()) -> None:
         """Raise Invalid (at `at`, in a batch) when `spec` can never run here."""
-        nodes, queues = self.shape()
-        problem = never_fits(spec, nodes, queues)
+        kept = self.kept()
+        # Accepted at once when the last cycle's nodes hold it; when none of them match,
+        # a node may have joined since, so the store is asked.
+        if (
+            kept is not None
+            and any(_selected(node, spec) for node in kept[0])
+            and never_fits(spec, *kept) is None
+        ):
+            return
+        problem = never_fits(spec, *self.shape())
         if problem is not None:
             path, message = problem
             raise Invalid(str(path[-1]), message, (*at, *path[:-1]))

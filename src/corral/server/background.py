@@ -42,7 +42,7 @@ class Background:
         self.loop = SchedulerLoop(store, config, interval)
         self.submissions = Submissions(store, self.loop.trigger)
         self.audit = AuditLog(store)
-        self.admission = Admission(store)
+        self.admission = Admission(store, self.loop.shape)
         self.dispatcher: Dispatcher | None = None
         if cluster is not None:
             if data_dir is None:

@@ -33,8 +33,8 @@ class Admission:
     last cycle saw, in memory; since a node or a queue may have changed after it, a refusal
     is made only once the store, read afresh, confirms it (refusals are rare, so the
     common path reads nothing). Without a cycle yet (or on a server that runs no
-    scheduler), or when none of the last cycle's nodes match the workload, the store is
-    read, again only when its generation moved."""
+    scheduler), or when none of the last cycle's nodes match the workload or its project
+    is newer than that cycle, the store is read, again only when its generation moved."""
 
     def __init__(self, store: Store, kept: Callable[[], Shape | None] = lambda: None) -> None:
         self.store = store
@@ -56,11 +56,12 @@ class Admission:
     def check(self, spec: WorkloadSpec, at: tuple[str | int, ...] = ()) -> None:
         """Raise Invalid (at `at`, in a batch) when `spec` can never run here."""
         kept = self.kept()
-        # Accepted at once when the last cycle's nodes hold it; when none of them match,
-        # a node may have joined since, so the store is asked.
+        # Accepted at once when the last cycle's nodes and queues hold it; when none of
+        # its nodes match, or its project is newer than that cycle, the store is asked.
         if (
             kept is not None
             and any(_selected(node, spec) for node in kept[0])
+            and any(queue.name == spec.project for queue in kept[1])
             and never_fits(spec, *kept) is None
         ):
             return

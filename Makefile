@@ -13,8 +13,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# `make run PORT=8800 GPUS=8 DATA=/tmp/corral` or `make run ARGS='--label rack=r1'`:
+# each is passed to `corral up` only when given (its defaults otherwise).
+RUN_ARGS := $(if $(PORT),--port $(PORT)) $(if $(GPUS),--virtual-gpus $(GPUS)) \
+	$(if $(DATA),--data-dir $(DATA)) $(ARGS)
+
 run: $(STAMP)
-	$(BIN)/corral up
+	$(BIN)/corral up $(RUN_ARGS)
 
 test: lint typecheck unit
 
@@ -29,6 +34,8 @@ typecheck: $(STAMP)
 # its own: they run in a pytest of their own that `timeout` kills directly. The rest runs
 # on two workers (pytest-xdist): most tests wait on servers, agents and browsers.
 unit: $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || echo "note: chromium is missing, so the" \
+		"dashboard tests are skipped (install it: sudo apt-get install chromium)"
 	$(BIN)/pytest -q -n 2 --ignore=tests/ray
 	timeout -s KILL 600 $(BIN)/pytest -q tests/ray
 

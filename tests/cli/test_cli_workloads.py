@@ -34,7 +34,8 @@ def test_submit_sends_every_option(admin: Cli, api: httpx.Client) -> None:
         "--workers", "3", "--min-workers", "2", "--priority", "inference", "--non-preemptible",
         "-e", "A=1", "-e", "B=x=y", "--workdir", "/srv/run", "--max-runtime", "4h",
         "--node-selector", "pool=nowhere", "--node-selector", "zone=z1",
-        "--node-selector", "zone=z2", "--topology-preferred", "rack",
+        "--node-selector", "zone=z2", "--topology-preferred", "rack", "--export", "NONE",
+        "--grace-period", "2m", "--backoff-limit", "3",
         "--", "python", "train.py", "-p", "x", "--gpu", "3", "--", "tail",
     )  # fmt: skip
     assert out == "Submitted opt-gang to opt (pending).\n"
@@ -49,6 +50,7 @@ def test_submit_sends_every_option(admin: Cli, api: httpx.Client) -> None:
     assert gang["max_runtime"] == 4 * 3600
     assert gang["node_selector"] == {"pool": ["nowhere"], "zone": ["z1", "z2"]}
     assert gang["topology"] == {"key": "rack", "required": False}
+    assert (gang["grace_period"], gang["backoff_limit"]) == (120, 3)
     # Everything after the first "--" is the command, options and "--" included.
     assert gang["command"] == ["python", "train.py", "-p", "x", "--gpu", "3", "--", "tail"]
 
@@ -201,7 +203,8 @@ def test_list_describe_and_why(admin: Cli, api: httpx.Client) -> None:
     make(api, "/queues", {"name": "lw", "deserved": 4})
     make(api, "/nodes", {"name": "lw-node", "gpus": 4, "labels": {"pool": "lw"}})
     pool = ("--node-selector", "pool=lw")
-    admin.ok("submit", "lw-big", "-p", "lw", "-g", "4", *pool, "-e", "K=V", "--", "sleep", "9")
+    admin.ok("submit", "lw-big", "-p", "lw", "-g", "4", *pool, "-e", "K=V", "--export", "NONE",
+             "--", "sleep", "9")  # fmt: skip
     _status(api, "lw-big", "running")
     admin.ok("submit", "lw-next", "-p", "lw", "-g", "2", *pool, "--", "true")
     admin.ok("submit", "lw-last", "-p", "lw", "-g", "1", *pool, "--", "true")
@@ -234,7 +237,9 @@ def test_list_describe_and_why(admin: Cli, api: httpx.Client) -> None:
     lines = why.splitlines()
     assert lines[0] == f"lw-last is pending: {waiting}"
     assert lines[1] == "It is number 2 in lw's queue, after lw-next."
-    assert row(why, "lw-big")[1:] == ["lw", "train (50)", "yes", "lw-node", "4"]
+    assert row(why, "lw-big")[1:] == [
+        "lw", "train (50)", "yes", "lw-node", "4", "no: same project, and its priority is not lower"
+    ]  # fmt: skip
     assert admin.ok("why", "lw-next").splitlines()[1] == (
         "It is the next of lw's pending workloads to be tried."
     )

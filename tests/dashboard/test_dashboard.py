@@ -60,14 +60,15 @@ def amount(value: float | None) -> str:
 @pytest.fixture(scope="module")
 def cluster(corral: Corral) -> Corral:
     """A department with two projects, two running workloads that declare utilisation, a
-    finished one and one that cannot be placed."""
+    finished one and one that waits (its project's limit)."""
     corral.post("/queues", {"name": "research", "deserved": 4})
     corral.post("/queues", {"name": "vision", "parent": "research", "deserved": 2, "limit": 3})
     corral.post("/queues", {"name": "nlp", "parent": "research", "deserved": 2})
     corral.submit("train-busy", "vision", BUSY, 1)
     corral.submit("notebook", "nlp", LIGHT, 0.5)
     corral.submit("hello", "nlp", "print('hello from corral')", 0)
-    corral.submit("big-wait", "vision", "pass", 4, task={"replicas": 2})
+    # Within the node and vision's limit, so accepted, but not beside train-busy.
+    corral.submit("big-wait", "vision", "pass", 3)
     corral.wait_status("train-busy", "running")
     corral.wait_status("notebook", "running")
     corral.wait_status("hello", "succeeded")

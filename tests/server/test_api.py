@@ -459,8 +459,10 @@ def test_pending_work_explains_why(api: Api) -> None:
             "preemptible": True,
             "node": node["name"],
             "gpu": 2.0,
+            "may_take": "no: same project, and its priority is not lower",
         }
     ]
+    assert why["needs"] == 1 and why["preempt"].startswith("nothing to preempt")
     why = api.admin.get(f"/workloads/{second['name']}/why").json()
     assert why["position"] == 2 and why["ahead"] == [first["name"]]
     # Freeing the devices lets the first in line run.
@@ -622,7 +624,8 @@ def test_cluster_summary_matches_nodes_and_workloads(live_server: Any) -> None:
         api.admin.post(f"/nodes/{cordoned['name']}/cordon")
         big = api.submit(project["name"], pool, gpu=4, replicas=2)
         half = api.submit(project["name"], pool, gpu=0.5)
-        too_big = api.submit(project["name"], pool, gpu=16)
+        # It fits only an empty 8-GPU node: it waits.
+        too_big = api.submit(project["name"], pool, gpu=8)
         paused = api.submit(project["name"], pool, gpu=1)
         api.admin.post(f"/workloads/{paused['name']}/suspend")
         api.wait_status(big["name"], "running")

@@ -262,7 +262,9 @@ def test_estimated_starts(api: Api) -> None:
     started = api.wait_status(hour, "running")["started_at"]
     api.wait_status(open_ended, "running")
     after_hour = api.submit(project, pool, gpu=2)["name"]
-    never = api.submit(project, pool, gpu=4, replicas=2)["name"]
+    # The whole pool: it needs the GPUs of work without a max runtime (a gang larger than
+    # the pool is refused at submit).
+    never = api.submit(project, pool, gpu=4)["name"]
     api.wait_considered(after_hour)
     api.wait_considered(never)
     listed = api.admin.get("/starts", params={"project": project}).json()

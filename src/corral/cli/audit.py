@@ -7,10 +7,9 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from corral.cli.common import InvalidInput, reported_errors
+from corral.cli.common import InvalidInput, out_console, reported_errors
 from corral.cli.config import connect
 from corral.cli.tokens import when
 
@@ -93,4 +92,4 @@ def audit_command(
             record["address"] or "-",
             str(record["status"]),
         )
-    Console().print(table)
+    out_console().print(table)

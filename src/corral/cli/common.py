@@ -2,12 +2,15 @@
 
 import json
 import math
+import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import typer
+import yaml
 from rich.console import Console
 from rich.text import Text
 
@@ -154,3 +157,43 @@ def parse_pairs(flag: str, items: list[str]) -> list[tuple[str, str]]:
             raise InvalidInput(f"{flag}: {item!r} is not KEY=VALUE")
         pairs.append((key, value))
     return pairs
+
+
+# `-o` of the list commands: the table (default), a wider one, or the API's data.
+OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
+OutputFormat = Annotated[
+    str,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="wide|json|yaml",
+        help="wide: a table with more columns; json or yaml: the API's data.",
+    ),
+]
+
+
+def printed_as_data(data: object, output: str, json_output: bool = False) -> bool:
+    """Print `data` as JSON or YAML when `-o json|yaml` (or --json) asks for it, and say
+    whether it did; the caller prints its table otherwise. InvalidInput for another -o."""
+    if output not in OUTPUT_FORMATS:
+        raise InvalidInput(f"-o/--output: {output!r} is not one of {', '.join(OUTPUT_FORMATS)}")
+    if json_output or output == "json":
+        print_json(data)
+        return True
+    if output == "yaml":
+        typer.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+        return True
+    return False
+
+
+def out_console() -> Console:
+    """The console that prints a command's output. Sent to a pipe or a file, it is not cut
+    to 80 columns (Rich's width without a terminal or COLUMNS): tables are as wide as their
+    cells, and lines are not wrapped."""
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        return Console(width=PIPED_WIDTH)
+    return Console()
+
+
+# Wide enough for any row; a table is only as wide as its cells.
+PIPED_WIDTH = 4096

@@ -8,6 +8,7 @@ import typer
 
 from corral.cli.common import reported_errors
 from corral.cli.config import connect
+from corral.sdk import Client
 
 _ANSI_CURSOR = re.compile(r"\x1b\[[0-9;]*[A-HJKf]")
 
@@ -39,6 +40,8 @@ def logs_command(
     """Print a task's output; with -f, keep printing until the workload ends."""
     with reported_errors(ctx), connect() as client:
         chunk = client.logs(name, task=task, tail=tail)
+        if not chunk["text"]:
+            say_not_started(client, name)
         pending = chunk["text"]
         offset = chunk["offset"]
         while True:
@@ -61,3 +64,13 @@ def logs_command(
             offset = chunk["offset"]
         if not follow and pending:
             typer.echo(render(pending))
+
+
+def say_not_started(client: Client, name: str) -> None:
+    """On stderr (stdout stays the log), when a workload has not started: that it has not,
+    and why it waits."""
+    workload = client.get_workload(name)
+    if workload["status"] != "pending" or workload["started_at"] is not None:
+        return
+    reason = workload["reason"] or "the scheduler has not looked at it yet"
+    typer.echo(f"{name} has not started: it is pending ({reason}); see corral why {name}", err=True)

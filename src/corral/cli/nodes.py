@@ -1,17 +1,19 @@
 """`corral nodes` and `corral node register|cordon|uncordon|remove`: the machines."""
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import (
+    OutputFormat,
+    out_console,
     parse_memory_option,
     parse_number,
     parse_pairs,
-    print_json,
+    printed_as_data,
     reported_errors,
 )
 from corral.cli.config import connect
@@ -29,13 +31,13 @@ Name = Annotated[str, typer.Argument(metavar="NAME", help="The node's name.", sh
 def nodes_command(
     ctx: typer.Context,
     json_output: Annotated[bool, typer.Option("--json", help="Print the API's JSON.")] = False,
+    output: OutputFormat = "table",
 ) -> None:
     """Nodes, their devices, and what runs on each device."""
     with reported_errors(ctx), connect() as client:
         nodes = client.list_nodes()
-    if json_output:
-        print_json(nodes)
-        return
+        if printed_as_data(nodes, output, json_output):
+            return
     if not nodes:
         typer.echo("No nodes registered.")
         return
@@ -43,6 +45,10 @@ def nodes_command(
     for column in ("node", "state", "gpus used", "gpu model", "cpus", "memory", "labels"):
         table.add_column(column)
     table.add_column("devices: work")
+    wide = output == "wide"
+    if wide:
+        for column in ("virtual", "registered", "last heartbeat"):
+            table.add_column(column)
     for node in nodes:
         table.add_row(
             node["name"],
@@ -53,8 +59,23 @@ def nodes_command(
             format_memory(node["memory"]),
             "\n".join(f"{key}={value}" for key, value in node["labels"].items()),
             _devices(node),
+            *(wide_node_cells(node) if wide else ()),
         )
-    Console().print(table)
+    out_console().print(table)
+
+
+def wide_node_cells(node: NodeOut) -> tuple[str, ...]:
+    """The cells `corral nodes -o wide` adds."""
+    heartbeat = node["heartbeat_at"]
+    return (
+        "yes" if node["virtual"] else "no",
+        _when(node["registered_at"]),
+        "-" if heartbeat is None else _when(heartbeat),
+    )
+
+
+def _when(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _state(node: NodeOut) -> Text:

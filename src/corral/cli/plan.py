@@ -10,7 +10,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from corral.cli.common import EXIT_CHECK_FAILED, reported_errors
+from corral.cli.common import EXIT_CHECK_FAILED, out_console, reported_errors
 from corral.model import Placement, format_gpus
 from corral.scenario import (
     PlanResult,
@@ -45,7 +45,7 @@ def plan_command(
         for failure in failures:
             typer.echo(f"expectation failed: {failure}", err=True)
     else:
-        _show(Console(), scenario, result, failures)
+        _show(out_console(), scenario, result, failures)
     if failures:
         raise typer.Exit(EXIT_CHECK_FAILED)
 

@@ -10,16 +10,18 @@ department's rules apply to its projects that do not set the same rule.
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import (
     InvalidInput,
+    OutputFormat,
+    out_console,
     parse_duration_option,
     parse_memory_option,
     parse_number,
     print_json,
+    printed_as_data,
     reported_errors,
 )
 from corral.cli.config import connect
@@ -346,20 +348,25 @@ def list_command(ctx: typer.Context, json_output: JsonOutput = False) -> None:
             str(queue["priority"]),
             _rules_text(queue["rules"]) or "-",
         )
-    Console().print(table)
+    out_console().print(table)
 
 
-def queues_command(ctx: typer.Context, json_output: JsonOutput = False) -> None:
+def queues_command(
+    ctx: typer.Context, json_output: JsonOutput = False, output: OutputFormat = "table"
+) -> None:
     """Per project and department: GPUs deserved, fair share, allocated, pending, limit."""
     with reported_errors(ctx), connect() as client:
         queues = client.list_queues()
-    if json_output:
-        print_json(queues)
-        return
+        if printed_as_data(queues, output, json_output):
+            return
     table = Table(title="Queues (GPUs)", title_justify="left")
     table.add_column("queue")
     for column in ("deserved", "fair share", "allocated", "pending", "limit"):
         table.add_column(column, justify="right")
+    wide = output == "wide"
+    if wide:
+        for column in ("over-quota weight", "priority", "cpu allocated", "memory allocated"):
+            table.add_column(column, justify="right")
     for label, queue in _tree_rows(queues):
         allocated = queue["allocated"]["gpu"] if queue["allocated"] else None
         # Beyond deserved, GPUs are borrowed and may be reclaimed by their owners.
@@ -371,11 +378,23 @@ def queues_command(ctx: typer.Context, json_output: JsonOutput = False) -> None:
             Text(_gpu(queue["allocated"]), style="yellow" if borrowing else ""),
             "-" if queue["pending_gpu"] is None else format_gpus(queue["pending_gpu"]),
             _gpu(queue["limit"], empty="none"),
+            *(wide_queue_cells(queue) if wide else ()),
         )
-    console = Console()
+    console = out_console()
     console.print(table)
     if any(queue["fair_share"] is None for queue in queues):
         console.print(Text("Fair shares appear after the scheduler's next cycle.", style="dim"))
+
+
+def wide_queue_cells(queue: QueueOut) -> tuple[str, ...]:
+    """The cells `corral queues -o wide` adds."""
+    allocated = queue["allocated"]
+    return (
+        f"{queue['over_quota_weight']['gpu']:g}",
+        str(queue["priority"]),
+        "-" if allocated is None else format_gpus(allocated["cpu"] or 0),
+        "-" if allocated is None else format_memory(int(allocated["memory"] or 0)),
+    )
 
 
 def _tree_rows(queues: list[QueueOut]) -> list[tuple[Text, QueueOut]]:

@@ -5,10 +5,9 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from corral.cli.common import InvalidInput, print_json, reported_errors
+from corral.cli.common import InvalidInput, out_console, print_json, reported_errors
 from corral.cli.config import connect
 from corral.model.durations import parse_duration
 from corral.sdk.types import UsageRowOut
@@ -73,7 +72,7 @@ def _table(rows: list[UsageRowOut], by: str, since: str) -> None:
     if by != "department" and len(rows) > 1:
         table.add_section()
         table.add_row("total", *_figures(*totals))
-    Console().print(table)
+    out_console().print(table)
 
 
 def _figures(allocated: float, used: float, idle: float) -> list[str]:

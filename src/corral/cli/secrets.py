@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from corral.cli.common import InvalidInput, print_json, reported_errors
+from corral.cli.common import InvalidInput, out_console, print_json, reported_errors
 from corral.cli.config import connect
 from corral.cli.workloads import format_when
 
@@ -92,7 +91,7 @@ def list_command(
         table.add_column(column)
     for secret in found:
         table.add_row(secret["name"], format_when(secret["updated_at"]))
-    Console().print(table)
+    out_console().print(table)
 
 
 @secret_app.command("delete")

@@ -60,17 +60,21 @@ def server_command(
     """Run the server: the REST API and the scheduler loop; with --ray, also an agent on
     every node of a Ray cluster (no agent otherwise)."""
     from corral.server import DEFAULT_DATA_DIR, serve
+    from corral.server.main import PortBusy
 
     with reported_errors(ctx):
         if checkpoint_root is not None and ray is None:
             raise CliError("--checkpoint-root needs --ray: corral server alone runs no task")
         options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
-        serve(
-            data_dir or DEFAULT_DATA_DIR,
-            db,
-            host,
-            port,
-            options,
-            admin_unix_user,
-            secret_key_file,
-        )
+        try:
+            serve(
+                data_dir or DEFAULT_DATA_DIR,
+                db,
+                host,
+                port,
+                options,
+                admin_unix_user,
+                secret_key_file,
+            )
+        except PortBusy as error:
+            raise CliError(str(error)) from None

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 from rich.text import Text
 
-from corral.cli.common import EXIT_INVALID, reported_errors
+from corral.cli.common import EXIT_INVALID, out_console, reported_errors
 from corral.scenario import load_scenario
 from corral.sim import (
     POLICIES,
@@ -87,7 +87,7 @@ def simulate(
     Exits 2 when the scenario, the trace or a policy cannot be used.
     """
     chosen = policies or ["corral"]
-    console = Console()
+    console = out_console()
     with reported_errors(ctx):
         try:
             for at, name in enumerate(chosen):

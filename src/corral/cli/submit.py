@@ -5,6 +5,8 @@ Both send the API's WorkloadIn fields. Option values are checked here, so that a
 whose answer names each bad field.
 """
 
+import json
+import os
 import re
 import sys
 from typing import Annotated, Any
@@ -15,6 +17,7 @@ from typer.core import TyperCommand
 
 from corral.cli.common import (
     InvalidInput,
+    parse_duration_option,
     parse_memory_option,
     parse_number,
     parse_pairs,
@@ -22,6 +25,7 @@ from corral.cli.common import (
     secret_refs,
 )
 from corral.cli.config import connect
+from corral.cli.environment import exported
 from corral.cli.lifecycle import lifecycle_fields, submitted_text
 from corral.model import PRIORITY_CLASSES, resolve_priority
 from corral.scenario.yamlio import BoundedLoader, YamlLimitError, read_text
@@ -196,6 +200,56 @@ def submit_command(
             help="Cancel it when a dependency can no longer be met (default: it waits).",
         ),
     ] = False,
+    export: Annotated[
+        str,
+        typer.Option(
+            "--export",
+            metavar="ALL|NONE|VAR,...",
+            help="Which of this shell's variables the task gets: ALL (less secrets by "
+            "name, CORRAL_* and the login session's), NONE, or the ones named.",
+        ),
+    ] = "ALL",
+    grace_period: Annotated[
+        str | None,
+        typer.Option(
+            "--grace-period",
+            metavar="DURATION",
+            help="From SIGTERM to SIGKILL when it is stopped or preempted: 30, 2m.",
+            show_default="30s",
+        ),
+    ] = None,
+    backoff_limit: Annotated[
+        int | None,
+        typer.Option(
+            "--backoff-limit",
+            min=0,
+            max=100,
+            help="Start it again this many times when it fails.",
+            show_default="0",
+        ),
+    ] = None,
+    task_group: Annotated[
+        str | None,
+        typer.Option(
+            "--task-group",
+            metavar="NAME",
+            help="The name of its task group (several groups: corral apply -f).",
+            show_default="worker",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the workload (see -o) instead of submitting it."),
+    ] = False,
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="yaml|json",
+            help="With --dry-run: the format, YAML that `corral apply -f` takes, or JSON.",
+        ),
+    ] = "yaml",
 ) -> None:
     """Submit a workload: a command to run on GPUs, alone or as a gang of workers."""
     with reported_errors(ctx):
@@ -237,8 +291,6 @@ def submit_command(
             body["env"] = dict(parse_pairs("-e/--env", env))
         if secret:
             body["secrets"] = secret_refs("--secret", secret)
-        if workdir is not None:
-            body["workdir"] = workdir
         if max_runtime is not None:
             body["max_runtime"] = max_runtime
         if node_selector:
@@ -253,10 +305,57 @@ def submit_command(
         if topology_preferred is not None:
             body["topology"] = {"key": topology_preferred, "required": False}
         body.update(lifecycle_fields(array, after, kill_on_invalid_dep))
+        if task_group is not None:
+            task["name"] = task_group
+        body.update(submit_time_fields(body, export, workdir, grace_period, backoff_limit))
+        if dry_run:
+            print_dry_run(body, project, output)
+            return
         with connect() as client:
             body["project"] = project or _own_project(client, "-p/--project")
             workload = client.submit(body)
     _submitted(workload)
+
+
+def submit_time_fields(
+    body: dict[str, Any],
+    export: str,
+    workdir: str | None,
+    grace_period: str | None,
+    backoff_limit: int | None,
+) -> dict[str, Any]:
+    """The fields that come from the submitting shell, as with sbatch: its variables
+    (--export, see corral.cli.environment) and its working directory (unless --workdir
+    gives one; "." is the workload's own directory), and the stop and retry settings."""
+    fields: dict[str, Any] = {"workdir": workdir if workdir is not None else os.getcwd()}
+    if grace_period is not None:
+        parse_duration_option("--grace-period", grace_period)
+        fields["grace_period"] = grace_period
+    if backoff_limit is not None:
+        fields["backoff_limit"] = backoff_limit
+    # -e and --secret name variables of their own, which win over the shell's.
+    given = {**body.get("env", {})}
+    env = {
+        k: v for k, v in exported(export, os.environ).items() if k not in body.get("secrets", {})
+    }
+    env.update(given)
+    if env:
+        fields["env"] = env
+    return fields
+
+
+def print_dry_run(body: dict[str, Any], project: str | None, output: str) -> None:
+    """The workload `corral submit` would send, as `corral apply -f` takes it."""
+    if output not in ("yaml", "json"):
+        raise InvalidInput(f"-o/--output: {output!r} is not yaml or json")
+    document = {"name": body.pop("name")} if "name" in body else {}
+    if project is not None:
+        document["project"] = project
+    document.update(body)
+    if output == "json":
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        typer.echo(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), nl=False)
 
 
 def _priority(text: str) -> str | int:

@@ -11,10 +11,9 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from corral.cli.common import print_json, reported_errors
+from corral.cli.common import out_console, print_json, reported_errors
 from corral.cli.config import connect
 
 token_app = typer.Typer(help="API tokens: list, create, revoke.", no_args_is_help=True)
@@ -61,7 +60,7 @@ def list_command(
             when(token["last_used_at"]),
             state,
         )
-    Console().print(table)
+    out_console().print(table)
 
 
 @token_app.command("create")

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.common import EXIT_INVALID, reported_errors
+from corral.cli.common import EXIT_INVALID, CliError, reported_errors
 from corral.cli.ray_options import (
     AgentDir,
     CheckpointRoot,
@@ -78,7 +78,7 @@ def up_command(
     With --ray, the server and an agent on every node of a Ray cluster."""
     from corral.model import parse_memory
     from corral.server import DEFAULT_DATA_DIR
-    from corral.server.main import up
+    from corral.server.main import PortBusy, up
 
     labels = {}
     for item in label or []:
@@ -102,16 +102,19 @@ def up_command(
         raise typer.Exit(EXIT_INVALID)
     with reported_errors(ctx):
         options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
-        up(
-            data_dir or DEFAULT_DATA_DIR,
-            db,
-            host,
-            port,
-            virtual_gpus,
-            virtual_gpu_model,
-            memory,
-            labels,
-            workloads_dir or checkpoint_root,
-            admin_unix_user,
-            options,
-        )
+        try:
+            up(
+                data_dir or DEFAULT_DATA_DIR,
+                db,
+                host,
+                port,
+                virtual_gpus,
+                virtual_gpu_model,
+                memory,
+                labels,
+                workloads_dir or checkpoint_root,
+                admin_unix_user,
+                options,
+            )
+        except PortBusy as error:
+            raise CliError(str(error)) from None

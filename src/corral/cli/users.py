@@ -12,10 +12,9 @@ A token is printed alone on stdout, and only once (the server keeps its digest),
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from corral.cli.common import print_json, reported_errors
+from corral.cli.common import out_console, print_json, reported_errors
 from corral.cli.config import connect, describe_user
 from corral.sdk.types import MembershipOut, Role
 
@@ -137,4 +136,4 @@ def list_command(
         table.add_row(
             user["name"], user["role"], _projects(user["projects"]), user["unix_user"] or "-"
         )
-    Console().print(table)
+    out_console().print(table)

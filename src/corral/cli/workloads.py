@@ -1,17 +1,26 @@
 """`corral list|describe|delete|suspend|resume|why`: workloads after submission."""
 
+import shlex
 import time
 from typing import Annotated
 
 import typer
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from corral.cli.common import print_json, reported_errors
+from corral.cli.common import (
+    OutputFormat,
+    out_console,
+    print_json,
+    printed_as_data,
+    reported_errors,
+)
 from corral.cli.config import connect
 from corral.cli.lifecycle import describe_rows, print_starts
 from corral.model import PRIORITY_CLASSES, format_gpus, format_memory
+from corral.model.durations import format_duration
+from corral.model.resources import plural_gpus
 from corral.sdk.types import EventOut, TaskGroupOut, WhyOut, WorkloadOut, WorkloadStatus
 
 STATUS_STYLES = {
@@ -57,6 +66,7 @@ def list_command(
         bool,
         typer.Option("--start", help="Pending work with its estimated start (squeue --start)."),
     ] = False,
+    output: OutputFormat = "table",
 ) -> None:
     """Workloads of your project, oldest first (an admin or viewer sees every project's)."""
     with reported_errors(ctx), connect() as client:
@@ -66,9 +76,8 @@ def list_command(
             print_starts(client, project, json_output)
             return
         workloads = client.list_workloads(project, status, array=array)
-    if json_output:
-        print_json(workloads)
-        return
+        if printed_as_data(workloads, output, json_output):
+            return
     if not workloads:
         where = "" if project is None else f" in {project}"
         typer.echo(f"No workloads{where}.")
@@ -80,6 +89,10 @@ def list_command(
         "reason",
     ):  # fmt: skip
         table.add_column(column)
+    wide = output == "wide"
+    if wide:
+        for column in WIDE_LIST_COLUMNS:
+            table.add_column(column)
     for workload in workloads:
         nodes = dict.fromkeys(placement["node"] for placement in workload["placements"])
         total = sum(group["replicas"] for group in workload["tasks"])
@@ -94,8 +107,24 @@ def list_command(
             _age(now - workload["created_at"]),
             ", ".join(nodes),
             workload["reason"] or "",
+            *(wide_list_cells(workload) if wide else ()),
         )
-    Console().print(table)
+    out_console().print(table)
+
+
+WIDE_LIST_COLUMNS = ("preemptible", "attempts", "max runtime", "workdir", "command")
+
+
+def wide_list_cells(workload: WorkloadOut) -> tuple[str, ...]:
+    """The cells `corral list -o wide` adds."""
+    runtime = workload["max_runtime"]
+    return (
+        "yes" if workload["preemptible"] else "no",
+        str(workload["attempts"]),
+        "-" if runtime is None else format_duration(runtime),
+        workload["workdir"] or "-",
+        shlex.join(workload["command"]),
+    )
 
 
 def describe_command(
@@ -113,7 +142,7 @@ def describe_command(
     if json_output:
         print_json({"workload": workload, "events": events})
         return
-    console = Console()
+    console = out_console()
     console.print(_spec(workload))
     console.print(_tasks_table(workload["tasks"], workload["min_available"]))
     if workload["placements"]:
@@ -132,7 +161,8 @@ def describe_command(
 
 
 def delete_command(ctx: typer.Context, name: Name) -> None:
-    """Delete a workload; its tasks are stopped if they run."""
+    """Delete a workload and its record; its tasks are stopped if they run. To stop one
+    and keep its record (as cancelled), use corral cancel."""
     with reported_errors(ctx), connect() as client:
         client.delete_workload(name)
     typer.echo(f"Deleted {name}.")
@@ -164,15 +194,18 @@ def why_command(
     if json_output:
         print_json(why)
         return
-    console = Console()
+    console = out_console()
     for line in _why_lines(why, project):
         console.print(line)
     if why["status"] != "pending":
         return
+    for line in why_depth_lines(why):
+        console.print(line)
     if why["holders"]:
         table = Table(title="Running on the nodes it may use", title_justify="left")
         for column in ("workload", "project", "priority", "preemptible", "node", "gpus"):
             table.add_column(column)
+        table.add_column("may be taken")
         for holder in why["holders"]:
             table.add_row(
                 holder["workload"] or "(another project's)",
@@ -181,10 +214,40 @@ def why_command(
                 "yes" if holder["preemptible"] else "no",
                 holder["node"],
                 format_gpus(holder["gpu"]),
+                holder.get("may_take") or "",
             )
         console.print(table)
     else:
         console.print("Nothing runs on the nodes it may use.")
+    if why.get("queues"):
+        console.print(why_queues_table(why))
+
+
+def why_depth_lines(why: WhyOut) -> list[Text]:
+    """What it needs, and what reclaim and preemption may do for it."""
+    lines = [Text(f"It needs {plural_gpus(why.get('needs', 0.0))} at once.")]
+    if why.get("reclaim"):
+        lines.append(Text(f"Reclaim: {why['reclaim']}."))
+    if why.get("preempt"):
+        lines.append(Text(f"Preempt: {why['preempt']}."))
+    return lines
+
+
+def why_queues_table(why: WhyOut) -> Table:
+    """Its project and the departments above it, in GPUs, as `corral plan` shows queues."""
+    table = Table(title="Its queues (GPUs)", title_justify="left")
+    table.add_column("queue")
+    for column in ("deserved", "limit", "fair share", "allocated"):
+        table.add_column(column, justify="right")
+    for queue in why.get("queues", []):
+        table.add_row(
+            queue["name"],
+            format_gpus(queue["deserved"]),
+            "-" if queue["limit"] is None else format_gpus(queue["limit"]),
+            "-" if queue["fair_share"] is None else format_gpus(queue["fair_share"]),
+            "-" if queue["allocated"] is None else format_gpus(queue["allocated"]),
+        )
+    return table
 
 
 def _why_lines(why: WhyOut, project: str) -> list[Text]:

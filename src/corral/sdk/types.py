@@ -146,6 +146,9 @@ class HolderOut(TypedDict):
     preemptible: bool
     node: str
     gpu: float
+    # for a pending workload: `reclaim` or `preempt` when the scheduler may take these GPUs for it,
+    # else `no: ` and why not
+    may_take: str | None
 
 
 class LogOut(TypedDict):
@@ -338,6 +341,28 @@ class WhyOut(TypedDict):
     ahead: list[str]
     # running work on the nodes it may use
     holders: list[HolderOut]
+    # GPUs it needs at once (an elastic one's minimum)
+    needs: float
+    # its project and the departments above it
+    queues: list[WhyQueueOut]
+    # whether its project may take GPUs back from others, and what from
+    reclaim: str | None
+    # whether lower-priority work of its own project may be preempted
+    preempt: str | None
+
+
+class WhyQueueOut(TypedDict):
+    """A queue on the workload's path (its project, then each department), in GPUs as the latest
+    scheduling cycle saw them."""
+
+    name: str
+    deserved: float
+    # null: no limit
+    limit: float | None
+    # null before the first cycle
+    fair_share: float | None
+    # null before the first cycle
+    allocated: float | None
 
 
 class WorkloadOut(TypedDict):
@@ -363,6 +388,9 @@ class WorkloadOut(TypedDict):
     attempts: int
     created_at: float
     started_at: float | None
+    # for a pending workload, when it last became pending: its submission, or its latest requeue,
+    # retry or resume
+    pending_since: float | None
     finished_at: float | None
     placements: list[PlacementOut]
     # of the run that ended it

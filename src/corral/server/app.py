@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from corral.cluster import Cluster
 from corral.model import SchedulerConfig
+from corral.server.api_docs import install_api_docs
 from corral.server.audit import Audit
 from corral.server.background import Background
 from corral.server.body_limit import BodyLimit
@@ -51,7 +52,8 @@ def create_app(
         version="0.1.0",
         description="GPU cluster scheduler and workload manager",
         openapi_url=f"{API}/openapi.json",
-        docs_url=f"{API}/docs",
+        # Served by corral.server.api_docs, without a CDN.
+        docs_url=None,
         redoc_url=None,
         lifespan=background.lifespan,
     )
@@ -66,6 +68,7 @@ def create_app(
     for router in ROUTERS:
         app.include_router(router)
     install_visibility(app, store, background.loop)
+    install_api_docs(app)
     install_dashboard(app)
     app.include_router(exec_router)
     install_proxy(app)

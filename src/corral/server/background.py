@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from corral.cluster import Cluster
 from corral.model import Decisions, SchedulerConfig
+from corral.server.admission import Admission
 from corral.server.audit import AuditLog
 from corral.server.dispatch import Dispatcher, releases_of
 from corral.server.rules import Upkeep
@@ -41,6 +42,7 @@ class Background:
         self.loop = SchedulerLoop(store, config, interval)
         self.submissions = Submissions(store, self.loop.trigger)
         self.audit = AuditLog(store)
+        self.admission = Admission(store, self.loop.shape)
         self.dispatcher: Dispatcher | None = None
         if cluster is not None:
             if data_dir is None:

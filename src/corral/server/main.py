@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -24,6 +25,42 @@ if TYPE_CHECKING:
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "corral"
 ADMIN_TOKEN_FILE = "admin-token"
+
+
+class PortBusy(Exception):
+    """The address to listen on is taken (another corral, most often)."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before anything else happens: a second server
+    on a busy port must stop before it prints a banner or makes a token."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise PortBusy(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    # As uvicorn does: a port left in TIME_WAIT by a stopped server is free to take.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise PortBusy(
+                f"port {port} on {host} is already in use (another corral?); "
+                "stop it or choose another with --port"
+            ) from None
+        raise PortBusy(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_uvicorn(app: object, sock: socket.socket) -> None:
+    """Serve `app` on the socket `listen` bound, until interrupted."""
+    config = uvicorn.Config(app, log_level="warning")  # type: ignore[arg-type]
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def private_data_dir(data_dir: Path) -> None:
@@ -116,6 +153,7 @@ def serve(
     """Run the server until interrupted; with `ray`, with an agent on every Ray node."""
     from corral.server.app import create_app
 
+    sock = listen(host, port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     store, token = open_store(data_dir, db_url, admin_unix_user, secret_key_file)
     if ray is not None:
@@ -128,7 +166,7 @@ def serve(
     print(f"store: {store.url.split('@')[-1]}", flush=True)
     show_first_token(token, data_dir)
     switch_interval()
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    run_uvicorn(app, sock)
 
 
 def show_first_token(token: str | None, data_dir: Path) -> None:
@@ -175,6 +213,7 @@ def up(
     from corral.cluster.local import LocalCluster
     from corral.server.app import create_app
 
+    sock = listen(host, port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     store, token = open_store(data_dir, db_url, admin_unix_user)
     if ray is not None:
@@ -186,7 +225,7 @@ def up(
         if token is not None:
             print(f"admin token (shown once): {token}", flush=True)
         switch_interval()
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        run_uvicorn(app, sock)
         return
     found = discover(virtual_gpus, virtual_model, virtual_memory)
     name = node_name()
@@ -220,7 +259,7 @@ def up(
     print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
     show_first_token(token, data_dir)
     switch_interval()
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    run_uvicorn(app, sock)
 
 
 def identity_lines(agent: Agent, store: Store) -> list[str]:

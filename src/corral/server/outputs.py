@@ -84,6 +84,7 @@ def workload_out(record: WorkloadRecord) -> WorkloadOut:
         attempts=record.attempts,
         created_at=record.created_at,
         started_at=record.started_at,
+        pending_since=record.waiting_since if record.status == "pending" else None,
         finished_at=record.finished_at,
         placements=[PlacementOut.of(placement) for placement in record.placements],
         exit_code=record.exit_code,

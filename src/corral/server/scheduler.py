@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from corral.engine import Scheduler, apply_decisions, schedule
-from corral.model import Decisions, SchedulerConfig, Snapshot
+from corral.model import Decisions, Node, Queue, SchedulerConfig, Snapshot
+from corral.server.decision_log import log_decisions
 from corral.server.metrics import SchedulerMetrics
 from corral.store import Store
 from corral.store.records import Release
@@ -86,6 +87,12 @@ class SchedulerLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def shape(self) -> tuple[tuple[Node, ...], tuple[Queue, ...]] | None:
+        """The nodes and queues the last cycle saw (None before the first): what a
+        submission is checked against without reading the store (corral.server.admission)."""
+        kept = self._kept
+        return None if kept is None else (kept.snapshot.nodes, kept.snapshot.queues)
+
     def trigger(self) -> None:
         """Ask for a cycle as soon as possible."""
         self._wake.set()
@@ -132,6 +139,7 @@ class SchedulerLoop:
         self.last_seconds = time.perf_counter() - started
         self.cycles += 1
         self.metrics.cycle_done(self.last_seconds, decisions)
+        log_decisions(decisions)
         if self.on_changes is not None and decisions.changed:
             self.on_changes(decisions, releases)
         return decisions

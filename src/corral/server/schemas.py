@@ -579,6 +579,11 @@ class WorkloadOut(BaseModel):
     attempts: int
     created_at: float
     started_at: float | None
+    pending_since: float | None = Field(
+        None,
+        description="for a pending workload, when it last became pending: its submission, "
+        "or its latest requeue, retry or resume",
+    )
     finished_at: float | None
     placements: list[PlacementOut]
     exit_code: int | None = Field(None, description="of the run that ended it")
@@ -608,6 +613,22 @@ class HolderOut(BaseModel):
     preemptible: bool
     node: str
     gpu: float
+    may_take: str | None = Field(
+        None,
+        description="for a pending workload: `reclaim` or `preempt` when the scheduler may "
+        "take these GPUs for it, else `no: ` and why not",
+    )
+
+
+class WhyQueueOut(BaseModel):
+    """A queue on the workload's path (its project, then each department), in GPUs as the
+    latest scheduling cycle saw them."""
+
+    name: str
+    deserved: float
+    limit: float | None = Field(description="null: no limit")
+    fair_share: float | None = Field(description="null before the first cycle")
+    allocated: float | None = Field(description="null before the first cycle")
 
 
 class WhyOut(BaseModel):
@@ -617,6 +638,16 @@ class WhyOut(BaseModel):
     position: int | None = Field(description="1 for the next in its project to be tried")
     ahead: list[str] = Field(description="pending workloads of its project tried before it")
     holders: list[HolderOut] = Field(description="running work on the nodes it may use")
+    needs: float = Field(0.0, description="GPUs it needs at once (an elastic one's minimum)")
+    queues: list[WhyQueueOut] = Field(
+        default_factory=list, description="its project and the departments above it"
+    )
+    reclaim: str | None = Field(
+        None, description="whether its project may take GPUs back from others, and what from"
+    )
+    preempt: str | None = Field(
+        None, description="whether lower-priority work of its own project may be preempted"
+    )
 
 
 # -- nodes ----------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ def explain(store: Store, name: str, readable: Collection[str] | None = None) ->
                     preemptible=holder.spec.preemptible,
                     node=node.node.name,
                     gpu=task.gpu,
+                    may_take=None,
                 )
             )
     return WhyOut(
@@ -52,4 +53,7 @@ def explain(store: Store, name: str, readable: Collection[str] | None = None) ->
         position=position,
         ahead=ahead,
         holders=holders,
+        needs=0.0,
+        reclaim=None,
+        preempt=None,
     )

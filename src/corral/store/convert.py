@@ -239,6 +239,7 @@ def workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
         created_at=row.created_at,
         started_at=row.started_at,
         finished_at=row.finished_at,
+        pending_since=row.pending_since,
         placements=tuple(
             Placement(p.task, p.node.name, tuple(p.devices), p.gpu) for p in row.placements
         ),

@@ -27,12 +27,13 @@ import corral.store.queues as queues
 import corral.store.reports as reports
 import corral.store.scheduling as scheduling
 import corral.store.secrets as secrets
+import corral.store.shapes as shapes
 import corral.store.summaries as summaries
 import corral.store.tasks as tasks
 import corral.store.usage as usage
 import corral.store.workloads as workloads
 import corral.store.workspaces as workspaces
-from corral.model import Decisions, Queue, Snapshot, Workload
+from corral.model import Decisions, Node, Queue, Snapshot, Workload
 from corral.model.spec import NodeSpec, WorkloadSpec
 from corral.store.audit import AuditQuery, AuditRecord
 from corral.store.convert import node_record, queue_record
@@ -153,6 +154,11 @@ class Store(Database):
         """The node; NotFound when there is none."""
         with self.read() as session:
             return node_record(session, nodes.node_row(session, name))
+
+    def cluster_shape(self) -> tuple[tuple[Node, ...], tuple[Queue, ...]]:
+        """Every node's size and labels, and every queue, without their work."""
+        with self.read() as session:
+            return shapes.cluster_shape(session)
 
     def list_nodes(self) -> list[NodeRecord]:
         """Every node, by name."""

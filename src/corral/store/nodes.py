@@ -233,6 +233,7 @@ def requeue_node(session: Session, row: NodeRow, why: str) -> list[str]:
     for workload in affected:
         workload.placements.clear()
         workload.status = "pending"
+        workload.pending_since = time.time()
         workload.reason = why
         add_event(session, "requeued", "node", why, workload=workload.name, node=row.name)
     return [workload.name for workload in affected]

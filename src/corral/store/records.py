@@ -62,10 +62,17 @@ class WorkloadRecord:
     # who cancelled it.
     exit_code: int | None = None
     cancelled_by: str | None = None
+    # When it last went back to pending; None: since its submission (see `waiting_since`).
+    pending_since: float | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def waiting_since(self) -> float:
+        """When it last became pending: its submission, or its latest requeue."""
+        return self.pending_since if self.pending_since is not None else self.created_at
 
 
 @dataclass(frozen=True, slots=True)

@@ -346,6 +346,7 @@ def _apply_evictions(session: Session, decisions: Decisions) -> list[Release]:
         row.placements[:] = [p for p in row.placements if p.task not in gone]
         if not row.placements:
             row.status = "pending"
+            row.pending_since = time.time()
             row.reason = why
         add_event(session, "preempted", eviction.action, why, workload=eviction.workload)
     # Written before the bindings, which may give the same workload new placements.

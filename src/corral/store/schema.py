@@ -158,6 +158,9 @@ class WorkloadRow(Base):
     after: Mapped[list[Any] | None] = mapped_column(JSON)
     kill_on_invalid_dep: Mapped[bool] = mapped_column(Boolean, default=False)
     held: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When it last went back to pending (requeued, retried, resumed); NULL: it has been
+    # pending since it was submitted, if it is pending.
+    pending_since: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     queue: Mapped[QueueRow] = relationship()
     task_groups: Mapped[list[TaskGroupRow]] = relationship(

@@ -191,6 +191,7 @@ def task_ended(
     row.exit_code = exit_code
     if row.failures <= row.backoff_limit:
         row.status = "pending"
+        row.pending_since = time.time()
         row.reason = f"retrying ({row.failures} of {row.backoff_limit}): {why}"
         add_event(session, "retrying", "agent", why, workload=workload, node=node)
     else:

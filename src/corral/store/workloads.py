@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
@@ -322,6 +323,7 @@ def resume(session: Session, name: str, cause: str) -> WorkloadRecord:
     if row.status != "suspended":
         raise Conflict(f"workload {name!r} is {row.status}, not suspended")
     row.status = "pending"
+    row.pending_since = time.time()
     row.reason = None
     add_event(session, "resumed", cause, "", workload=name)
     session.flush()

@@ -107,6 +107,8 @@ async def usage(api: ApiClient, query: Query) -> Json:
         api.get("/queues"),
     )
     projects = sorted(q["name"] for q in all_queues if not q["department"])
+    # The chart stacks departments when the table is by department.
+    departments = sorted(q["name"] for q in all_queues if q["department"])
     return {
         "since": since,
         "by": by,
@@ -114,6 +116,7 @@ async def usage(api: ApiClient, query: Query) -> Json:
         "usage": rows,
         "series": series,
         "projects": projects,
+        "departments": departments,
     }
 
 

@@ -165,18 +165,25 @@ def gpus_asked(workload: Mapping[str, Any]) -> str:
     return num(gpus)
 
 
+def pending_since(workload: Mapping[str, Any]) -> float:
+    """When a pending workload last became pending (a requeue starts its wait again)."""
+    since = workload.get("pending_since")
+    return float(since if since is not None else workload["created_at"])
+
+
 def waited(workload: Mapping[str, Any], now: float) -> float | None:
-    """Seconds from submission to start; for pending work, to now."""
+    """For pending work, seconds since it last became pending; else from submission to
+    its first start."""
+    if workload["status"] == "pending":
+        return now - pending_since(workload)
     if workload.get("started_at") is not None:
         return float(workload["started_at"]) - float(workload["created_at"])
-    if workload["status"] == "pending":
-        return now - float(workload["created_at"])
     return None
 
 
 def longest_waits(pending: list[Json], now: float, count: int = 8) -> list[Json]:
-    ordered = sorted(pending, key=lambda w: (w["created_at"], w["name"]))
-    return [w | {"waited": now - w["created_at"]} for w in ordered[:count]]
+    ordered = sorted(pending, key=lambda w: (pending_since(w), w["name"]))
+    return [w | {"waited": now - pending_since(w)} for w in ordered[:count]]
 
 
 # -- queues ----------------------------------------------------------------------------------

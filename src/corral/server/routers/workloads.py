@@ -32,6 +32,7 @@ from corral.server.logs import read_log
 from corral.server.outputs import vars_of, workload_out
 from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
 from corral.server.why import explain
+from corral.server.why_depth import deepen
 from corral.store import STATUSES, Conflict, Invalid, NotFound, Store, WorkloadRecord
 from corral.store.idempotency import Idempotency, Replayed
 
@@ -107,6 +108,7 @@ async def submit(
     # batches (corral.server.submissions) and wakes the scheduler.
     may_submit(current, body.project)
     require_account(background.cluster, current)
+    await run_in_threadpool(refuse_never_fitting, background, body, current.name)
     key = idempotency(idempotency_key, current.name, body)
     await run_in_threadpool(check_after, store, current, [body.to_spec("-", current.name)])
     try:
@@ -141,6 +143,13 @@ def submit_array(
         except Conflict:
             continue
     return store.submit_all(array_specs(body, drawn_name(body.project), user), key)[0]
+
+
+def refuse_never_fitting(
+    background: Background, body: WorkloadIn, user: str, at: tuple[str | int, ...] = ()
+) -> None:
+    """422 for a workload that can never run on the cluster (corral.server.admission)."""
+    background.admission.check(body.to_spec(body.name or body.project, user), at)
 
 
 async def submit_named(
@@ -180,6 +189,8 @@ def submit_batch(
     check_after(
         store, current, [item.to_spec(item.name or "-", current.name) for item in body.workloads]
     )
+    for index, item in enumerate(body.workloads):
+        refuse_never_fitting(background, item, current.name, ("workloads", index))
     key = idempotency(idempotency_key, current.name, body)
     for attempt in range(NAME_ATTEMPTS):
         specs = [
@@ -253,6 +264,8 @@ def logs(
 
 
 @router.get("/workloads/{name}/why", response_model=WhyOut)
-def why(name: str, current: User, store: StoreDep) -> WhyOut:
-    visible_workload(store, current, name)
-    return explain(store, name, readable_projects(current))
+def why(name: str, current: User, store: StoreDep, loop: LoopDep) -> WhyOut:
+    record = visible_workload(store, current, name)
+    plain = explain(store, name, readable_projects(current))
+    queues = [queue.queue for queue in store.list_queues()]
+    return deepen(plain, record.spec, queues, loop.last)

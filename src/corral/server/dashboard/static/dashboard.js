@@ -167,19 +167,23 @@
     return memory && !gpus ? gib(memory) : num(gpus);
   }
 
+  // When a pending workload last became pending: a requeue starts its wait again.
+  const pendingSince = (w) => (w.pending_since !== null && w.pending_since !== undefined ? w.pending_since : w.created_at);
+
   function waited(workload, now) {
+    if (workload.status === "pending") return now - pendingSince(workload);
     if (workload.started_at !== null && workload.started_at !== undefined) {
       return workload.started_at - workload.created_at;
     }
-    return workload.status === "pending" ? now - workload.created_at : null;
+    return null;
   }
 
   function longestWaits(pending, now, count) {
     return pending
       .slice()
-      .sort((a, b) => a.created_at - b.created_at || (a.name < b.name ? -1 : 1))
+      .sort((a, b) => pendingSince(a) - pendingSince(b) || (a.name < b.name ? -1 : 1))
       .slice(0, count || 8)
-      .map((w) => Object.assign({}, w, { waited: now - w.created_at }));
+      .map((w) => Object.assign({}, w, { waited: now - pendingSince(w) }));
   }
 
   function queueTree(queues) {
@@ -216,9 +220,10 @@
           .sort((a, b) => a.index - b.index)
           .map((device) => {
             const seen = telemetry.get(`${node.name}\u0000${device.index}`);
-            const allocated = node.tasks
-              .filter((t) => t.devices.includes(device.index) && t.workload)
-              .map((t) => t.workload);
+            const holding = node.tasks.filter((t) => t.devices.includes(device.index) && t.workload);
+            const allocated = holding.map((t) => t.workload);
+            // A task's share of each of its devices: below 1 on a shared device.
+            const shares = new Map(holding.map((t) => [t.workload, t.gpu / Math.max(t.devices.length, 1)]));
             const get = (key) => (seen && seen[key] !== undefined ? seen[key] : null);
             return {
               index: device.index,
@@ -232,6 +237,7 @@
               source: get("source"),
               workloads: seen ? deviceWorkloads(seen) : allocated,
               state: get("state") || (allocated.length ? "allocated" : "free"),
+              shares,
             };
           }),
       }));
@@ -312,8 +318,9 @@
       font: { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 12, color: "#343a40" },
       showlegend: false,
       hovermode: "x unified",
-      xaxis: { type: "date", gridcolor: "#eef0f3", linecolor: "#dee2e6" },
-      yaxis: { gridcolor: "#eef0f3", rangemode: "tozero", zeroline: false },
+      // automargin: the margins grow to hold the tick labels (a date's second line).
+      xaxis: { type: "date", gridcolor: "#eef0f3", linecolor: "#dee2e6", automargin: true },
+      yaxis: { gridcolor: "#eef0f3", rangemode: "tozero", zeroline: false, automargin: true },
     };
     const merged = Object.assign({}, base, layout || {});
     merged.xaxis = Object.assign({}, base.xaxis, (layout || {}).xaxis || {});
@@ -322,6 +329,14 @@
   }
 
   const when = (t) => new Date(t * 1000);
+
+  // The top of a queue chart: a tenth above its highest value, so that a line at the
+  // highest value (a deserved quota the allocation stays under) is not on the clipped edge.
+  function headroom(points) {
+    let top = 0;
+    for (const p of points) top = Math.max(top, p.allocated || 0, p.used || 0, p.deserved || 0);
+    return (top || 1) * 1.1;
+  }
 
   function line(points, key, name, color, extra) {
     return Object.assign(
@@ -482,8 +497,8 @@
         plot(figure.querySelector(".chart"), [
           line(points, "allocated", "allocated", COLORS.allocated, { fill: "tozeroy", fillcolor: "rgba(59,91,219,0.12)" }),
           line(points, "used", "used", COLORS.used),
-          line(points, "deserved", "deserved", COLORS.deserved, { line: { color: COLORS.deserved, width: 1.5, dash: "dash", shape: "hv" } }),
-        ], { margin: { l: 32, r: 8, t: 4, b: 24 } });
+          line(points, "deserved", "deserved", COLORS.deserved, { line: { color: COLORS.deserved, width: 2, dash: "dash", shape: "hv" } }),
+        ], { margin: { l: 32, r: 8, t: 4, b: 24 }, yaxis: { range: [0, headroom(points)] } });
       }
     },
   };
@@ -672,6 +687,13 @@
     },
   };
 
+  // A workload on a device, with its fraction of the device when it shares it.
+  function shareLink(name, shares) {
+    const share = shares.get(name);
+    if (share === undefined || share >= 1) return link(name);
+    return `<span class="share">${link(name)} <span class="fraction">${num(share)}</span></span>`;
+  }
+
   function cellHtml(node, c) {
     const key = `${node.name}-${c.index}`;
     const id = (what) => `data-testid="device-${esc(key)}${what}"`;
@@ -693,7 +715,7 @@
     }
     html +=
       `<div class="cell-work" ${id("-workloads")}>` +
-      `${c.workloads.length ? c.workloads.map(link).join("") : '<span class="muted">nothing</span>'}</div>` +
+      `${c.workloads.length ? c.workloads.map((w) => shareLink(w, c.shares)).join("") : '<span class="muted">nothing</span>'}</div>` +
       '<div class="cell-fill"></div></div>';
     return html;
   }
@@ -755,7 +777,8 @@
         api("/queues"),
       ]);
       const projects = all.filter((q) => !q.department).map((q) => q.name).sort();
-      return Object.assign({}, d, { usage: found, series, projects });
+      const departments = all.filter((q) => q.department).map((q) => q.name).sort();
+      return Object.assign({}, d, { usage: found, series, projects, departments });
     },
     render(d) {
       setHtml(
@@ -779,9 +802,14 @@
       );
       if (!d.series) return;
       const metric = document.getElementById("usage-metric").value;
+      // Telemetry is kept per queue: by department, the departments' series; by anything
+      // else (user, workload), the projects'.
+      const byDepartment = d.by === "department";
+      document.getElementById("usage-chart-title").textContent =
+        `GPU-hours by ${byDepartment ? "department" : "project"} over time`;
       plot(
         document.getElementById("chart-usage"),
-        usageOverTime(d.series, d.projects, metric),
+        usageOverTime(d.series, (byDepartment ? d.departments : d.projects) || [], metric),
         { barmode: "stack", showlegend: true, legend: { orientation: "h", y: -0.15 }, hovermode: "closest", yaxis: { title: { text: "GPU-hours" } } },
       );
     },

@@ -1,0 +1,139 @@
+"""What travels from the submitter's shell to the task, as with Slurm's `sbatch --export`.
+
+`corral submit` takes the submitting shell's variables (`--export ALL`, the default), only
+the named ones (`--export PATH,VIRTUAL_ENV,...`) or none (`--export NONE`), and puts them
+in the workload's `env`. The agent then builds the task's environment from the workload
+alone (docs/trust.md): nothing of the server's or the agent's own environment is added,
+HOME, USER and LOGNAME stay those of the account the task runs as, and corral's variables
+(devices, ranks) win over anything exported.
+
+The workload's `env` is stored and shown to whoever may read the workload, so ALL leaves
+out what names a secret (TOKEN, SECRET, PASSWORD, KEY, ... in the name: give those with
+`--secret`, or name one explicitly), the CLI's own credentials (CORRAL_*), and what belongs
+to the login session rather than to the job (HOME, SHELL, DISPLAY, SSH_*, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from corral.cli.common import InvalidInput
+
+# The API's rule for a variable's name (corral.server.schemas.ENV_PATTERN).
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The API takes at most this many variables (WorkloadIn.env).
+_MOST = 1024
+# A value longer than this is the kind a shell builds up by itself (LS_COLORS); it is
+# left out of ALL rather than stored with every workload.
+_LONGEST = 16384
+
+# The session's, or the account's (the agent sets them for the account the task runs as).
+SESSION = frozenset(
+    {
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+        "MAIL",
+        "TERM",
+        "TERMCAP",
+        "COLORTERM",
+        "DISPLAY",
+        "WAYLAND_DISPLAY",
+        "XAUTHORITY",
+        "DBUS_SESSION_BUS_ADDRESS",
+        "XDG_RUNTIME_DIR",
+        "XDG_SESSION_ID",
+        "XDG_SESSION_TYPE",
+        "XDG_SESSION_CLASS",
+        "XDG_SEAT",
+        "XDG_VTNR",
+        "TMUX",
+        "TMUX_PANE",
+        "STY",
+        "WINDOW",
+        "LS_COLORS",
+        "PS1",
+        "PS2",
+        "PROMPT_COMMAND",
+        "HISTFILE",
+        "LINES",
+        "COLUMNS",
+    }
+)
+# Prefixes of the session's variables.
+SESSION_PREFIXES = ("SSH_", "BASH_FUNC_", "GPG_", "XDG_SESSION", "KITTY_", "VSCODE_")
+# corral sets these for each task (the CLI's own CORRAL_SERVER and CORRAL_TOKEN among
+# the CORRAL_ ones, which must never be stored with a workload).
+CORRAL_OWN = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "NODE_RANK",
+    }
+)
+# A name holding one of these words is taken for a secret's.
+_SECRET_WORDS = re.compile(
+    r"(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|(^|_)KEY($|_)|AUTH)",
+    re.IGNORECASE,
+)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable's name says it holds a secret (AWS_SECRET_ACCESS_KEY, HF_TOKEN)."""
+    return bool(_SECRET_WORDS.search(name))
+
+
+def _left_out_of_all(name: str, value: str) -> bool:
+    return (
+        not _NAME.match(name)
+        or "\0" in value
+        or len(value) > _LONGEST
+        or name in SESSION
+        or name.startswith(SESSION_PREFIXES)
+        or name in CORRAL_OWN
+        or name.startswith("CORRAL_")
+        or looks_secret(name)
+    )
+
+
+def exported(export: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables `--export EXPORT` takes from `environ`: ALL (the default, less what is
+    left out above), NONE, or a comma-separated list of names (each must be set, and may
+    be one ALL leaves out, except CORRAL_*: the CLI's credentials never travel)."""
+    choice = export.strip()
+    if choice.upper() == "NONE":
+        return {}
+    if choice.upper() == "ALL":
+        taken = {k: v for k, v in sorted(environ.items()) if not _left_out_of_all(k, v)}
+        if len(taken) > _MOST:
+            raise InvalidInput(
+                f"--export: this shell has {len(taken)} variables to export, more than the "
+                f"{_MOST} a workload takes; name the ones the task needs"
+            )
+        return taken
+    names = [part.strip() for part in choice.split(",")]
+    taken = {}
+    for name in names:
+        if not _NAME.match(name):
+            raise InvalidInput(
+                f"--export: {name!r} is not a variable name (give ALL, NONE or NAME,NAME,...)"
+            )
+        if name.startswith("CORRAL_") or name in CORRAL_OWN:
+            raise InvalidInput(f"--export: {name} is corral's own and is never exported")
+        if name not in environ:
+            raise InvalidInput(f"--export: {name} is not set in this shell")
+        if "\0" in environ[name]:
+            raise InvalidInput(f"--export: {name} holds a NUL byte")
+        taken[name] = environ[name]
+    return taken

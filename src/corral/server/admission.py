@@ -1,0 +1,183 @@
+"""Honest refusals: a submission that can never run on the cluster as it is is refused at
+once (422 naming the field), rather than left pending for ever.
+
+Never means: some task is larger than every node (or device) that its node selector
+allows, the gang's minimum is more than all those nodes hold together, or it is more than
+its project's or a department's GPU limit. These are refused, as Slurm refuses a job no
+partition can hold: growing the cluster or a limit is an operator's act, after which the
+work is submitted again. When no node matches at all (none registered yet, or none with
+the selector's labels), nodes may still join, so the workload is accepted and its pending
+reason says why it waits. Everything else (busy GPUs, a deserved quota in use, a required
+topology) is a wait, which `corral why` explains.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+
+from corral.model import Node, Queue
+from corral.model.resources import EPSILON, format_gpus, format_memory, plural_gpus
+from corral.model.spec import WorkloadSpec
+from corral.model.types import TaskGroup
+from corral.store import Invalid, Store
+
+Shape = tuple[tuple[Node, ...], tuple[Queue, ...]]
+# Where in the request the problem is (("tasks", 0, "gpu")), and what it is.
+Problem = tuple[tuple[str | int, ...], str]
+
+
+class Admission:
+    """Checks submissions against the cluster's shape. The shape is the one the scheduler's
+    last cycle saw, in memory; since a node or a queue may have changed after it, a refusal
+    is made only once the store, read afresh, confirms it (refusals are rare, so the
+    common path reads nothing). Without a cycle yet (or on a server that runs no
+    scheduler), or when none of the last cycle's nodes match the workload or its project
+    is newer than that cycle, the store is read, again only when its generation moved."""
+
+    def __init__(self, store: Store, kept: Callable[[], Shape | None] = lambda: None) -> None:
+        self.store = store
+        self.kept = kept
+        self._lock = threading.Lock()
+        self._cached: tuple[int, Shape] | None = None
+
+    def shape(self) -> Shape:
+        """The nodes and queues as of the store's current generation."""
+        generation = self.store.generation
+        cached = self._cached
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        with self._lock:
+            shape = self.store.cluster_shape()
+            self._cached = (generation, shape)
+            return shape
+
+    def check(self, spec: WorkloadSpec, at: tuple[str | int, ...] = ()) -> None:
+        """Raise Invalid (at `at`, in a batch) when `spec` can never run here."""
+        kept = self.kept()
+        # Accepted at once when the last cycle's nodes and queues hold it; when none of
+        # its nodes match, or its project is newer than that cycle, the store is asked.
+        if (
+            kept is not None
+            and any(_selected(node, spec) for node in kept[0])
+            and any(queue.name == spec.project for queue in kept[1])
+            and never_fits(spec, *kept) is None
+        ):
+            return
+        problem = never_fits(spec, *self.shape())
+        if problem is not None:
+            path, message = problem
+            raise Invalid(str(path[-1]), message, (*at, *path[:-1]))
+
+
+def never_fits(
+    spec: WorkloadSpec, nodes: Sequence[Node], queues: Sequence[Queue]
+) -> Problem | None:
+    """Where and why `spec` can never run on `nodes` under `queues`' limits,
+    or None when it may (perhaps after waiting)."""
+    minimum = minimum_gang(spec)
+    need = sum(group.gpu * count for group, count in minimum)
+    problem = _over_limit(spec.project, need, spec.min_available is not None, queues)
+    if problem is not None:
+        return problem
+    allowed = [node for node in nodes if _selected(node, spec)]
+    if not allowed:
+        return None
+    where = " matching its node selector" if spec.node_selector else ""
+    for index, group in enumerate(spec.task_groups):
+        reason = _too_big(group, allowed, where)
+        if reason is not None:
+            return ("tasks", index, reason[0]), reason[1]
+    pool = sum(node.gpus for node in allowed)
+    if need > pool + EPSILON:
+        count = sum(count for _, count in minimum)
+        return (
+            ("tasks",),
+            f"the gang needs {plural_gpus(need)} at once ({count} tasks); all the nodes{where}"
+            f" have {plural_gpus(pool)} together",
+        )
+    for group, count in minimum:
+        if group.gpu >= 1:
+            slots = sum(node.gpus // int(group.gpu) for node in allowed)
+            if count > slots:
+                return (
+                    ("tasks",),
+                    f"the gang needs {count} tasks of {plural_gpus(group.gpu)} at once; the "
+                    f"nodes{where} can hold {slots} such tasks",
+                )
+    return None
+
+
+def minimum_gang(spec: WorkloadSpec) -> list[tuple[TaskGroup, int]]:
+    """The task groups and how many of each must start together: every task, or the
+    first `min_available` in order for an elastic workload."""
+    left = spec.min_available
+    taken = []
+    for group in spec.task_groups:
+        count = group.replicas if left is None else min(group.replicas, left)
+        if count:
+            taken.append((group, count))
+        if left is not None:
+            left -= count
+    return taken
+
+
+def _selected(node: Node, spec: WorkloadSpec) -> bool:
+    return all(node.label(key) in values for key, values in spec.node_selector.items())
+
+
+def _too_big(group: TaskGroup, nodes: Sequence[Node], where: str) -> tuple[str, str] | None:
+    """The field of the task group and the reason why one task of `group` fits no node."""
+    largest = max(node.gpus for node in nodes)
+    if group.gpu >= 1 and group.gpu > largest:
+        return (
+            "gpu",
+            f"no node{where} has {plural_gpus(group.gpu)}; the largest has {largest}",
+        )
+    if 0 < group.gpu < 1 and largest == 0:
+        return "gpu", f"no node{where} has a GPU"
+    memory = max((node.gpu_memory for node in nodes if node.gpus), default=0)
+    if group.gpu_memory and group.gpu_memory > memory:
+        has = f"the largest has {format_memory(memory)}" if memory else "none has a GPU"
+        return (
+            "gpu_memory",
+            f"no GPU{where} has {format_memory(group.gpu_memory)} of memory; {has}",
+        )
+    cpu = max(node.cpu for node in nodes)
+    if group.cpu > cpu + EPSILON:
+        return (
+            "cpu",
+            f"no node{where} has {format_gpus(group.cpu)} CPU cores; the largest has "
+            f"{format_gpus(cpu)}",
+        )
+    host_memory = max(node.memory for node in nodes)
+    if group.memory > host_memory:
+        return (
+            "memory",
+            f"no node{where} has {format_memory(group.memory)} of memory; the largest has "
+            f"{format_memory(host_memory)}",
+        )
+    return None
+
+
+def _over_limit(
+    project: str, need: float, elastic: bool, queues: Sequence[Queue]
+) -> Problem | None:
+    """Why `need` GPUs at once exceed the GPU limit of the project or an ancestor."""
+    by_name = {queue.name: queue for queue in queues}
+    queue = by_name.get(project)
+    seen: set[str] = set()
+    while queue is not None and queue.name not in seen:
+        seen.add(queue.name)
+        limit = queue.limit.gpu
+        if not math.isinf(limit) and need > limit + EPSILON:
+            kind = "project" if queue.name == project else "department"
+            what = "its minimum" if elastic else "it"
+            return (
+                ("tasks",),
+                f"{what} needs {plural_gpus(need)} at once, more than {kind} {queue.name}'s "
+                f"limit of {plural_gpus(limit)}",
+            )
+        queue = by_name.get(queue.parent) if queue.parent else None
+    return None

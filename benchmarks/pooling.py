@@ -121,7 +121,8 @@ def run(
         result = simulation.run(check if math.isfinite(budget) else None)
     except Undersized as stop:
         print(
-            f"  {policy} {gpus} GPUs: p95 > 2 h, stopped at day {stop.now / 86400:.0f}",
+            f"  {policy} {gpus} GPUs: p95 > 2 h, stopped at day {stop.now / 86400:.0f}, "
+            f"{time.process_time() - began:.0f} CPU s",
             file=sys.stderr,
             flush=True,
         )
@@ -428,7 +429,13 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     args = parser.parse_args()
+    began, cpu = time.perf_counter(), time.process_time()
     summary = philly(args) if args.dataset == "philly" else helios(args)
+    print(
+        f"\nthe study took {time.perf_counter() - began:.0f} s, "
+        f"{time.process_time() - cpu:.0f} CPU s",
+        file=sys.stderr,
+    )
     if args.json:
         print(json.dumps(summary))
 

@@ -11,17 +11,19 @@ For clusters of 1x to 6x the mean total demand (374 GPUs), in nodes of 8 GPUs, i
 `static` (each project limited to its quota), `fifo` (one pool, no quotas) and `corral`
 (quotas, borrowing, reclaim), and reports the busy share of GPUs over the trace window,
 queueing delay overall and per project, preemptions and GPU-hours lost to them. Then,
-per policy, the fewest GPUs at which the p95 queueing delay is at most 2 hours
-(bisection between the sizes that bracket it, in steps of --resolution GPUs; a run stops
-early once more than 5% of jobs have waited longer than 2 hours), and, at corral's
-size, how much longer any project's p95 delay is under corral than under static.
+per policy, the fewest GPUs at which the p95 queueing delay is at most 2 hours (the
+sizes in ascending order up to the first that passes, then bisection below it in steps
+of --resolution GPUs: `corral.sim.search.fewest_passing`; sizes above the first passing
+one show "not run" unless --full-grid), and, at corral's size, how much longer any
+project's p95 delay is under corral than under static.
 
 Cycles run every 60 s (as in Pollux's simulator; the 2-hour threshold does not notice
 the difference) and corral's cycle allocates, consolidates and reclaims: every Philly
-job has the same priority, so priority preemption has nothing to do. A grid run that has
-used --budget CPU seconds stops once its p95 is certainly above 2 hours (a cluster far
-too small for the load builds a backlog of thousands of jobs, and every cycle costs the
-engine time in proportion to it).
+job has the same priority, so priority preemption has nothing to do. A run stops as soon
+as its p95 is certainly above 2 hours: more than 5% of jobs have waited longer
+(`corral.sim.search.LateCount`; --budget gives a run that many CPU seconds first, for
+its delays in the table). A cluster far too small for the load builds a backlog of
+thousands of jobs, and every cycle costs the engine time in proportion to it.
 
 Goal: corral reaches the 2-hour p95 with at most 1.1x the GPUs of the shared pool, and
 there no project's p95 is more than 15 minutes above its p95 under static. A rough

@@ -123,8 +123,8 @@ def run(
         result = simulation.run(check if math.isfinite(budget) else None)
     except Undersized as stop:
         print(
-            f"  {policy} {gpus} GPUs: p95 > 2 h, stopped at day {stop.now / 86400:.0f}, "
-            f"{time.process_time() - began:.0f} CPU s",
+            f"  {policy} {gpus} GPUs: p95 > {threshold / HOUR:.2f} h, "
+            f"stopped at day {stop.now / 86400:.0f}, {time.process_time() - began:.0f} CPU s",
             file=sys.stderr,
             flush=True,
         )

@@ -11,17 +11,19 @@ For clusters of 1x to 6x the mean total demand (374 GPUs), in nodes of 8 GPUs, i
 `static` (each project limited to its quota), `fifo` (one pool, no quotas) and `corral`
 (quotas, borrowing, reclaim), and reports the busy share of GPUs over the trace window,
 queueing delay overall and per project, preemptions and GPU-hours lost to them. Then,
-per policy, the fewest GPUs at which the p95 queueing delay is at most 2 hours
-(bisection between the sizes that bracket it, in steps of --resolution GPUs; a run stops
-early once more than 5% of jobs have waited longer than 2 hours), and, at corral's
-size, how much longer any project's p95 delay is under corral than under static.
+per policy, the fewest GPUs at which the p95 queueing delay is at most 2 hours (the
+sizes in ascending order up to the first that passes, then bisection below it in steps
+of --resolution GPUs: `corral.sim.search.fewest_passing`; sizes above the first passing
+one show "not run" unless --full-grid), and, at corral's size, how much longer any
+project's p95 delay is under corral than under static.
 
 Cycles run every 60 s (as in Pollux's simulator; the 2-hour threshold does not notice
 the difference) and corral's cycle allocates, consolidates and reclaims: every Philly
-job has the same priority, so priority preemption has nothing to do. A grid run that has
-used --budget CPU seconds stops once its p95 is certainly above 2 hours (a cluster far
-too small for the load builds a backlog of thousands of jobs, and every cycle costs the
-engine time in proportion to it).
+job has the same priority, so priority preemption has nothing to do. A run stops as soon
+as its p95 is certainly above 2 hours: more than 5% of jobs have waited longer
+(`corral.sim.search.LateCount`; --budget gives a run that many CPU seconds first, for
+its delays in the table). A cluster far too small for the load builds a backlog of
+thousands of jobs, and every cycle costs the engine time in proportion to it.
 
 Goal: corral reaches the 2-hour p95 with at most 1.1x the GPUs of the shared pool, and
 there no project's p95 is more than 15 minutes above its p95 under static. A rough
@@ -62,6 +64,7 @@ from corral.sim import (
     project_queues,
     uniform_nodes,
 )
+from corral.sim.search import LateCount, fewest_passing, late_limit
 
 HOUR = 3600.0
 THRESHOLD = 2 * HOUR
@@ -106,26 +109,22 @@ def run(
     above that."""
     cluster = cluster_for(gpus, weights, config)
     simulation = Simulation(prepare(policy, cluster), trace, cluster.quotas(), settings)
-    limit = 0.05 * len(trace.jobs) + 1
+    limit = late_limit(len(trace.jobs))
+    late = LateCount(simulation.jobs, threshold)
     began = time.process_time()
 
     def check(now: float) -> None:
-        if time.process_time() - began < budget:
-            return
-        late = 0
-        for state in simulation.jobs:  # in submission order
-            if state.job.submitted > now - threshold:
-                break
-            started = now if math.isnan(state.first_start) else state.first_start
-            late += started - state.job.submitted > threshold
-        if late > limit:
+        # The count is kept up from the start so a run past its budget stops at the first
+        # report at which it is certain (the same report a full scan would stop at).
+        if late.advance(now) > limit and time.process_time() - began >= budget:
             raise Undersized(now)
 
     try:
         result = simulation.run(check if math.isfinite(budget) else None)
     except Undersized as stop:
         print(
-            f"  {policy} {gpus} GPUs: p95 > 2 h, stopped at day {stop.now / 86400:.0f}",
+            f"  {policy} {gpus} GPUs: p95 > {threshold / HOUR:.2f} h, "
+            f"stopped at day {stop.now / 86400:.0f}, {time.process_time() - began:.0f} CPU s",
             file=sys.stderr,
             flush=True,
         )
@@ -149,39 +148,38 @@ def percent(share: float | None) -> str:
 
 def fewest_gpus(
     policy: str,
-    grid: Mapping[int, SimResult | Stopped],
+    sizes: Sequence[int],
     trace: Trace,
     weights: Mapping[str, float],
     settings: SimSettings,
     config: SchedulerConfig,
     resolution: int,
     target: float = THRESHOLD,
-) -> tuple[int | None, SimResult | None]:
-    """The fewest GPUs (a multiple of `resolution`) with p95 at most `target`, searched
-    between the sizes of `grid` that bracket it."""
+    budget: float = 0.0,
+    known: Mapping[int, SimResult | Stopped] | None = None,
+) -> tuple[int | None, SimResult | None, dict[int, SimResult | Stopped]]:
+    """The fewest GPUs (a multiple of `resolution`) with p95 at most `target`: `sizes` in
+    ascending order up to the first that passes, then bisection between it and the size
+    below (`corral.sim.search.fewest_passing`); and every run made, by size. Runs in
+    `known` are reused."""
 
-    def good(result: SimResult | Stopped) -> bool:
-        return isinstance(result, SimResult) and (result.queueing_delay.p95 or 0) <= target
+    def probe(size: int) -> tuple[bool, SimResult | Stopped]:
+        result = run(policy, size, trace, weights, settings, config, budget, target)
+        return good(result, target), result
 
-    sizes = sorted(grid)
-    passing = [size for size in sizes if good(grid[size])]
-    if not passing:
-        return None, None
-    high = passing[0]
-    low = max((size for size in sizes if size < high), default=0)
-    best = grid[high]
-    assert isinstance(best, SimResult)
-    while high - low > resolution:
-        middle = (low + high) // 2 // resolution * resolution
-        if middle <= low:
-            break
-        result = run(policy, middle, trace, weights, settings, config, 0.0, target)
-        if good(result):
-            assert isinstance(result, SimResult)
-            high, best = middle, result
-        else:
-            low = middle
-    return high, best
+    fewest, best, probes = fewest_passing(
+        sizes,
+        probe,
+        resolution,
+        {size: (good(result, target), result) for size, result in (known or {}).items()},
+    )
+    assert best is None or isinstance(best, SimResult)
+    return fewest, best, {size: result for size, (_, result) in probes.items()}
+
+
+def good(result: SimResult | Stopped, target: float) -> bool:
+    """Whether a run's p95 queueing delay is at most `target`."""
+    return isinstance(result, SimResult) and (result.queueing_delay.p95 or 0) <= target
 
 
 def grid_tables(
@@ -190,7 +188,10 @@ def grid_tables(
     rows = []
     for size in sizes:
         for policy in POLICIES:
-            result = grid[policy][size]
+            result = grid[policy].get(size)
+            if result is None:
+                rows.append([str(size), policy, "-", "-", "not run", "-", "-", "-", "-"])
+                continue
             if isinstance(result, Stopped):
                 stopped = f"> 2 (stopped, day {result.day:.0f})"
                 rows.append([str(size), policy, "-", "-", stopped, "-", "-", "-", "-"])
@@ -224,13 +225,15 @@ def grid_tables(
     for size in sizes:
         print(f"\nqueueing delay per project at {size} GPUs, hours (mean / p95)\n")
         rows = [
-            [project, *(per_project(grid[p][size], project) for p in POLICIES)]
+            [project, *(per_project(grid[p].get(size), project) for p in POLICIES)]
             for project in complete[0].projects
         ]
         print(table(["project", *POLICIES], rows))
 
 
-def per_project(result: SimResult | Stopped, project: str) -> str:
+def per_project(result: SimResult | Stopped | None, project: str) -> str:
+    if result is None:
+        return "not run"
     if isinstance(result, Stopped):
         return "stopped"
     delay = result.by_project[project].queueing_delay
@@ -250,20 +253,35 @@ def philly(args: argparse.Namespace) -> dict[str, object]:
         f"Philly: {len(trace.jobs):,} jobs, mean demand {demand:.1f} GPUs; sizes {sizes}; "
         f"cycles every {args.interval:g} s; corral's actions {', '.join(config.actions)}\n"
     )
+    # Per policy, the sizes in ascending order up to the first at which the p95 is within
+    # 2 h, then bisection below it; larger sizes cannot change the answer and run only
+    # with --full-grid (for the table).
     grid: dict[str, dict[int, SimResult | Stopped]] = {policy: {} for policy in POLICIES}
-    for size in sizes:
-        for policy in POLICIES:
-            grid[policy][size] = run(
-                policy, size, trace, weights, settings, config, budget=args.budget
-            )
-    grid_tables(grid, sizes)
-
     fewest: dict[str, int | None] = {}
     at_fewest: dict[str, SimResult | None] = {}
+    probes: dict[str, dict[int, SimResult | Stopped]] = {}
     for policy in POLICIES:
-        fewest[policy], at_fewest[policy] = fewest_gpus(
-            policy, grid[policy], trace, weights, settings, config, args.resolution
+        if args.full_grid:
+            for size in sizes:
+                grid[policy][size] = run(
+                    policy, size, trace, weights, settings, config, budget=args.budget
+                )
+        fewest[policy], at_fewest[policy], probes[policy] = fewest_gpus(
+            policy,
+            sizes,
+            trace,
+            weights,
+            settings,
+            config,
+            args.resolution,
+            budget=args.budget,
+            known=grid[policy],
         )
+        grid[policy].update(
+            (size, probes[policy][size]) for size in sizes if size in probes[policy]
+        )
+    grid_tables(grid, sizes)
+
     print("\nfewest GPUs with p95 queueing delay <= 2 h\n")
     rows = []
     for policy in POLICIES:
@@ -282,7 +300,13 @@ def philly(args: argparse.Namespace) -> dict[str, object]:
     worst = None
     corral_gpus, corral_result = fewest["corral"], at_fewest["corral"]
     if corral_gpus is not None and corral_result is not None:
-        static = run("static", corral_gpus, trace, weights, settings, config)
+        # A run the static search made at this size is reused only if it ran to the end.
+        known = probes["static"].get(corral_gpus)
+        static = (
+            known
+            if isinstance(known, SimResult)
+            else run("static", corral_gpus, trace, weights, settings, config)
+        )
         assert isinstance(static, SimResult)
         print(f"\nper-project p95 queueing delay at {corral_gpus} GPUs, hours\n")
         rows = []
@@ -363,11 +387,8 @@ def helios(args: argparse.Namespace) -> dict[str, object]:
     target = static.queueing_delay.p95 or 0.0
     step = GPUS_PER_NODE * 8
     sizes = list(range(full - 3 * step, full + 1, step))
-    grid = {
-        size: run("corral", size, trace, quotas, settings, config, 0.0, target) for size in sizes
-    }
-    fewest, at_fewest = fewest_gpus(
-        "corral", grid, trace, quotas, settings, config, args.resolution, target=target
+    fewest, at_fewest, _ = fewest_gpus(
+        "corral", sizes, trace, quotas, settings, config, args.resolution, target=target
     )
     if fewest and at_fewest:
         print(
@@ -400,12 +421,23 @@ def main() -> None:
     parser.add_argument(
         "--budget",
         type=float,
-        default=900.0,
+        default=0.0,
         help="CPU seconds after which a run whose p95 is certainly over 2 h stops",
+    )
+    parser.add_argument(
+        "--full-grid",
+        action="store_true",
+        help="run every size of --sizes for the table, not only up to the first passing one",
     )
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     args = parser.parse_args()
+    began, cpu = time.perf_counter(), time.process_time()
     summary = philly(args) if args.dataset == "philly" else helios(args)
+    print(
+        f"\nthe study took {time.perf_counter() - began:.0f} s, "
+        f"{time.process_time() - cpu:.0f} CPU s",
+        file=sys.stderr,
+    )
     if args.json:
         print(json.dumps(summary))
 

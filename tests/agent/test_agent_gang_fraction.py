@@ -98,7 +98,11 @@ def test_two_halves_share_one_device_and_are_told_their_share(four: CorralUp) ->
 
 def test_a_gang_that_cannot_fit_stays_pending_and_starts_nothing(corral_up: Servers) -> None:
     up = corral_up(2, {"research": 4})
-    up.submit("too-big", "research", ["sh", "-c", "echo started"], gpu=1, replicas=3)
+    # One of the two GPUs is held by work that cannot be preempted; a gang of two fits the
+    # pool (a gang larger than the pool is refused at submit) but not now.
+    up.submit("holder", "research", ["sleep", "60"], gpu=1, priority="inference")
+    wait_until(lambda: up.workload("holder")["status"] == "running", 20, "the holder")
+    up.submit("too-big", "research", ["sh", "-c", "echo started"], gpu=1, replicas=2)
     pending = wait_until(
         lambda: w if (w := up.workload("too-big"))["reason"] else None,
         20,
@@ -109,11 +113,11 @@ def test_a_gang_that_cannot_fit_stays_pending_and_starts_nothing(corral_up: Serv
     time.sleep(3)
     record = up.workload("too-big")
     assert record["status"] == "pending" and record["placements"] == []
-    # The reason says what it needs: three GPUs at once.
-    assert "3 GPUs" in record["reason"], record
+    # The reason says what it needs: two GPUs at once.
+    assert "2 GPUs" in record["reason"], record
     kinds = {event["kind"] for event in up.events("too-big")}
     assert kinds == {"submitted"}, kinds
     assert up.logs("too-big", 0)["tasks"] == []
     assert not (up.data_dir / "logs" / "too-big").exists()
-    assert processes_of(up.data_dir, up.workloads_dir) == []
-    assert up.get("/nodes")[0]["allocated_gpu"] == 0
+    assert processes_of(up.workloads_dir / "too-big") == []
+    assert up.get("/nodes")[0]["allocated_gpu"] == 1

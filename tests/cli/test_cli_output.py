@@ -45,6 +45,38 @@ def test_list_commands_print_wide_json_and_yaml(admin: Cli, api: httpx.Client) -
 
 
 @sqlite_only
+def test_account_lists_print_json_and_yaml_too(admin: Cli, api: httpx.Client) -> None:
+    _setup(api)
+    secret = admin.run("secret", "set", "OUT_KEY", "-p", "out-team", stdin="hidden")
+    assert secret.returncode == 0, secret.stderr
+    assert yaml.safe_load(admin.ok("user", "list", "-o", "yaml")) == api.get("/users").json()
+    tokens = yaml.safe_load(admin.ok("token", "list", "-o", "yaml"))
+    assert [t["id"] for t in tokens] == [t["id"] for t in api.get("/tokens").json()]
+    secrets = yaml.safe_load(admin.ok("secret", "list", "-p", "out-team", "-o", "json"))
+    assert [s["name"] for s in secrets] == ["OUT_KEY"] and "hidden" not in str(secrets)
+    audit = yaml.safe_load(admin.ok("audit", "--limit", "3", "-o", "yaml"))
+    assert len(audit) == 3 and {"method", "route", "status"} <= set(audit[0])
+    for command in (("user", "list"), ("token", "list"), ("audit",)):
+        assert admin.fails(*command, "-o", "xml", code=2) == (
+            "-o/--output: 'xml' is not one of table, wide, json, yaml"
+        )
+
+
+@sqlite_only
+def test_submit_declares_ports(admin: Cli, api: httpx.Client) -> None:
+    _setup(api)
+    args = ("submit", "web", "-p", "out-team", "--export", "NONE", "--dry-run")
+    printed = admin.ok(*args, "--port", "main", "--port", "metrics", "--", "true")
+    assert yaml.safe_load(printed)["ports"] == [{"name": "main"}, {"name": "metrics"}]
+    assert admin.fails(*args, "--port", "Main", "--", "true", code=2).startswith(
+        "--port: 'Main': lowercase letters"
+    )
+    assert admin.fails(*args, "--port", "a", "--port", "a", "--", "true", code=2) == (
+        "--port: 'a' given twice"
+    )
+
+
+@sqlite_only
 def test_piped_output_is_not_cut_to_80_columns(admin: Cli, api: httpx.Client) -> None:
     _setup(api)
     long_name = "out-" + "x" * 50

@@ -295,7 +295,7 @@ def test_options_answers_with_the_allowed_methods(api: Api) -> None:
     with httpx.Client(base_url=api.server.api) as anonymous:
         response = anonymous.options("/workloads/some-name")
         assert response.status_code == 204
-        assert response.headers["allow"] == "DELETE, GET, HEAD, OPTIONS"
+        assert response.headers["allow"] == "DELETE, GET, HEAD, OPTIONS, PATCH"
         assert anonymous.options("/workloads").headers["allow"] == "GET, HEAD, OPTIONS, POST"
         assert (
             anonymous.options("/queues/q").headers["allow"] == "DELETE, GET, HEAD, OPTIONS, PATCH"

@@ -15,6 +15,7 @@ import sys
 import time
 
 import httpx
+import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 from ws_support import CORRAL, Server, free_port, wait_until
@@ -42,8 +43,15 @@ def create_web(corral: Server, name: str) -> None:
     assert f"/w/{name}/" in done.stdout
 
 
-def test_exec_gives_output_and_exit_code(corral: Server) -> None:
+@pytest.fixture(scope="module")
+def web(corral: Server) -> str:
+    """The workspace "web", for every test that uses it (tests of one module may run on
+    different pytest-xdist workers, so none may count on another having made it)."""
     create_web(corral, "web")
+    return "web"
+
+
+def test_exec_gives_output_and_exit_code(corral: Server, web: str) -> None:
     done = corral.cli(
         "exec",
         "web",
@@ -68,7 +76,7 @@ def test_exec_gives_output_and_exit_code(corral: Server) -> None:
         assert listing.status_code == 200 and "Directory listing" in listing.text
 
 
-def test_shell_is_driven_through_a_pty(corral: Server) -> None:
+def test_shell_is_driven_through_a_pty(corral: Server, web: str) -> None:
     pid, fd = pty.fork()
     if pid == 0:
         env = corral.cli_env("alice")
@@ -101,7 +109,7 @@ def test_shell_is_driven_through_a_pty(corral: Server) -> None:
         os.close(fd)
 
 
-def test_port_forward_carries_an_http_request(corral: Server) -> None:
+def test_port_forward_carries_an_http_request(corral: Server, web: str) -> None:
     local = free_port()
     forward = subprocess.Popen(
         [CORRAL, "port-forward", "web", f"{local}:main"],
@@ -186,7 +194,7 @@ def sessions_stopped(
     assert again.stdout == checkpoint
 
 
-def test_a_slow_or_vanished_client_blocks_nobody_else(corral: Server) -> None:
+def test_a_slow_or_vanished_client_blocks_nobody_else(corral: Server, web: str) -> None:
     """A client that stops reading a large answer, and one that goes away in the middle:
     the server goes on answering everyone else, through the proxy too."""
     made = corral.cli("exec", "web", "--", "/bin/sh", "-c", "head -c 67108864 /dev/zero > big.bin")
@@ -213,7 +221,7 @@ def test_a_slow_or_vanished_client_blocks_nobody_else(corral: Server) -> None:
                 assert http.get("/healthz").status_code == 200
 
 
-def test_list_and_open_show_the_url(corral: Server) -> None:
+def test_list_and_open_show_the_url(corral: Server, web: str) -> None:
     listed = corral.cli("workspace", "list", "--json", who="alice")
     assert listed.returncode == 0, listed.stderr
     web = next(item for item in json.loads(listed.stdout) if item["name"] == "web")

@@ -9,7 +9,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from corral.cli.common import InvalidInput, out_console, reported_errors
+from corral.cli.common import (
+    InvalidInput,
+    OutputFormat,
+    out_console,
+    printed_as_data,
+    reported_errors,
+)
 from corral.cli.config import connect
 from corral.cli.tokens import when
 
@@ -63,6 +69,7 @@ def audit_command(
     json_output: Annotated[
         bool, typer.Option("--json", help="JSON lines, one record per line.")
     ] = False,
+    output: OutputFormat = "table",
 ) -> None:
     """Who wrote what, when, from where, and how it was answered (admins only)."""
     with reported_errors(ctx):
@@ -80,6 +87,8 @@ def audit_command(
                 typer.echo(client.audit_export(**filters), nl=False)
                 return
             records = client.audit(**filters)
+        if printed_as_data(records, output):
+            return
     table = Table()
     for column in ("time (UTC)", "user", "action", "path", "address", "status"):
         table.add_column(column)

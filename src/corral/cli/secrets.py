@@ -15,7 +15,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from corral.cli.common import InvalidInput, out_console, print_json, reported_errors
+from corral.cli.common import (
+    InvalidInput,
+    OutputFormat,
+    out_console,
+    printed_as_data,
+    reported_errors,
+)
 from corral.cli.config import connect
 from corral.cli.workloads import format_when
 
@@ -79,13 +85,13 @@ def list_command(
     ctx: typer.Context,
     project: Project,
     json_output: Annotated[bool, typer.Option("--json", help="Print the API's JSON.")] = False,
+    output: OutputFormat = "table",
 ) -> None:
     """The project's secrets: names and when each was set, never values."""
     with reported_errors(ctx), connect() as client:
         found = client.list_secrets(project)
-    if json_output:
-        print_json(found)
-        return
+        if printed_as_data(found, output, json_output):
+            return
     table = Table()
     for column in ("secret", "set"):
         table.add_column(column)

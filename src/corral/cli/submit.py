@@ -32,6 +32,7 @@ from corral.scenario.yamlio import BoundedLoader, YamlLimitError, read_text
 from corral.sdk import ApiError, Client
 from corral.sdk.types import WorkloadOut
 
+PORT_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Where SubmitCommand leaves the words after "--" for submit_command.
 _COMMAND = "corral.submit.command"
 
@@ -53,6 +54,20 @@ class SubmitCommand(TyperCommand):
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [*super().collect_usage_pieces(ctx), "-- COMMAND [ARGS]..."]
+
+
+def port_names(names: list[str]) -> list[str]:
+    """--port: names the API takes (lowercase, a letter first), each once."""
+    found: list[str] = []
+    for name in names:
+        if not PORT_NAME.match(name) or len(name) > 31:
+            raise InvalidInput(
+                f"--port: {name!r}: lowercase letters, digits and '-', starting with a letter"
+            )
+        if name in found:
+            raise InvalidInput(f"--port: {name!r} given twice")
+        found.append(name)
+    return found
 
 
 def parse_gpus(text: str) -> float:
@@ -200,6 +215,15 @@ def submit_command(
             help="Cancel it when a dependency can no longer be met (default: it waits).",
         ),
     ] = False,
+    port: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--port",
+            metavar="NAME",
+            help="A port its task listens on (CORRAL_PORT_<NAME>), reached through the "
+            "server at /w/WORKLOAD/NAME/; main is /w/WORKLOAD/. Repeatable.",
+        ),
+    ] = None,
     export: Annotated[
         str,
         typer.Option(
@@ -305,6 +329,8 @@ def submit_command(
         if topology_preferred is not None:
             body["topology"] = {"key": topology_preferred, "required": False}
         body.update(lifecycle_fields(array, after, kill_on_invalid_dep))
+        if port:
+            body["ports"] = [{"name": name} for name in port_names(port)]
         if task_group is not None:
             task["name"] = task_group
         body.update(submit_time_fields(body, export, workdir, grace_period, backoff_limit))

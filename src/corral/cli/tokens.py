@@ -13,7 +13,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from corral.cli.common import out_console, print_json, reported_errors
+from corral.cli.common import (
+    OutputFormat,
+    out_console,
+    printed_as_data,
+    reported_errors,
+)
 from corral.cli.config import connect
 
 token_app = typer.Typer(help="API tokens: list, create, revoke.", no_args_is_help=True)
@@ -33,13 +38,13 @@ def list_command(
         str | None, typer.Option("--user", help="Only this user's tokens.", show_default=False)
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the API's JSON.")] = False,
+    output: OutputFormat = "table",
 ) -> None:
     """Tokens with their ids, names, expiry and last use (an admin sees everyone's)."""
     with reported_errors(ctx), connect() as client:
         tokens = client.list_tokens(user)
-    if json_output:
-        print_json(tokens)
-        return
+        if printed_as_data(tokens, output, json_output):
+            return
     table = Table()
     for column in ("id", "user", "name", "created", "expires", "last used", "state"):
         table.add_column(column)

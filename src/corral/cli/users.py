@@ -14,7 +14,12 @@ from typing import Annotated, Literal
 import typer
 from rich.table import Table
 
-from corral.cli.common import out_console, print_json, reported_errors
+from corral.cli.common import (
+    OutputFormat,
+    out_console,
+    printed_as_data,
+    reported_errors,
+)
 from corral.cli.config import connect, describe_user
 from corral.sdk.types import MembershipOut, Role
 
@@ -122,13 +127,13 @@ def delete_command(ctx: typer.Context, name: Name) -> None:
 def list_command(
     ctx: typer.Context,
     json_output: Annotated[bool, typer.Option("--json", help="Print the API's JSON.")] = False,
+    output: OutputFormat = "table",
 ) -> None:
     """Every user, with their role and projects (with their role in each)."""
     with reported_errors(ctx), connect() as client:
         users = client.list_users()
-    if json_output:
-        print_json(users)
-        return
+        if printed_as_data(users, output, json_output):
+            return
     table = Table()
     for column in ("user", "role", "projects", "unix user"):
         table.add_column(column)

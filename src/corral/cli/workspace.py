@@ -3,7 +3,6 @@ ports, reached through the server's proxy at /w/NAME/ (docs/workspaces.md)."""
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 import webbrowser
@@ -16,12 +15,11 @@ from rich.table import Table
 
 from corral.cli.common import InvalidInput, parse_pairs, print_json, reported_errors
 from corral.cli.config import connect, credentials
-from corral.cli.submit import parse_gpus
+from corral.cli.submit import parse_gpus, port_names
 from corral.sdk import Client
 from corral.sdk.types import WorkspaceOut
 
 workspace_app = typer.Typer(help="Workspaces: Jupyter, shells and web apps on pooled GPUs.")
-PORT_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Jupyter Server (JupyterLab when installed) under the proxy's path, listening where the
 # agent says, with no token of its own: corral decides who gets in. Its XSRF check is off
 # because corral's cookie is SameSite=Strict and the proxy refuses cross-site requests.
@@ -38,19 +36,6 @@ JUPYTER = (
 def jupyter_command(python: str) -> list[str]:
     """The command that starts Jupyter with `python` (which must have jupyter_server)."""
     return ["/bin/sh", "-c", JUPYTER, python]
-
-
-def _ports(names: list[str]) -> list[str]:
-    found: list[str] = []
-    for name in names or ["main"]:
-        if not PORT_NAME.match(name) or len(name) > 31:
-            raise InvalidInput(
-                f"--port: {name!r}: lowercase letters, digits and '-', starting with a letter"
-            )
-        if name in found:
-            raise InvalidInput(f"--port: {name!r} given twice")
-        found.append(name)
-    return found
 
 
 @workspace_app.command("create")
@@ -89,7 +74,7 @@ def create_command(
             raise InvalidInput("give --jupyter or a command after --, not both")
         if not jupyter and not command:
             raise InvalidInput("give --jupyter or the command to run after --")
-        names = _ports(port or [])
+        names = port_names(port or ["main"])
         task: dict[str, Any] = {"replicas": 1}
         if gpu is not None:
             task["gpu"] = parse_gpus(gpu)

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Row, and_, bindparam, case, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from corral.model import Decisions, Node, Placement, Snapshot, TaskGroup, Topology, Workload
+from corral.model import Decisions, Node, Placement, Snapshot, Topology, Workload
 from corral.store.convert import queue_from_row
 from corral.store.events import add_event, add_events, event_values
 from corral.store.records import ACTIVE, Release
@@ -18,10 +18,9 @@ from corral.store.schema import (
     NodeRow,
     PlacementRow,
     QueueRow,
-    TaskGroupRow,
     WorkloadRow,
 )
-from corral.store.tasks import releases
+from corral.store.tasks import releases, task_groups
 from corral.store.telemetry import idle_workloads
 from corral.store.workloads import WORKLOADS
 
@@ -137,7 +136,7 @@ def active_workloads(
     newest: int = rows[-1].id
     rows = _within_array_limits(session, rows)
     span = (active, WorkloadRow.id > after, WorkloadRow.id <= newest)
-    groups = _task_groups(session, span)
+    groups = task_groups(session, span)
     placed, started = _placements(session, span, nodes)
     now = time.time()
     workloads = tuple(
@@ -186,26 +185,6 @@ def _within_array_limits(session: Session, rows: Sequence[Row[Any]]) -> list[Row
             offered[row.array_name] = count + 1
         kept.append(row)
     return kept
-
-
-def _task_groups(session: Session, span: tuple[Any, ...]) -> dict[int, list[TaskGroup]]:
-    groups: dict[int, list[TaskGroup]] = {}
-    for g in session.execute(
-        select(
-            TaskGroupRow.workload_id,
-            TaskGroupRow.name,
-            TaskGroupRow.replicas,
-            TaskGroupRow.gpu,
-            TaskGroupRow.gpu_memory,
-            TaskGroupRow.cpu,
-            TaskGroupRow.memory,
-        )
-        .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
-        .where(*span)
-        .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
-    ):
-        groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
-    return groups
 
 
 def _placements(

@@ -17,6 +17,27 @@ from corral.store.schema import NodeRow, PlacementRow, QueueRow, TaskGroupRow, W
 from corral.store.workloads import WORKLOADS
 
 
+def task_groups(session: Session, where: tuple[Any, ...]) -> dict[int, list[TaskGroup]]:
+    """The task groups of the workloads that pass `where`, by workload id, in order."""
+    groups: dict[int, list[TaskGroup]] = {}
+    for g in session.execute(
+        select(
+            TaskGroupRow.workload_id,
+            TaskGroupRow.name,
+            TaskGroupRow.replicas,
+            TaskGroupRow.gpu,
+            TaskGroupRow.gpu_memory,
+            TaskGroupRow.cpu,
+            TaskGroupRow.memory,
+        )
+        .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
+        .where(*where)
+        .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
+    ):
+        groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
+    return groups
+
+
 def bound_work(
     session: Session, nodes: Collection[str] | None, names: Collection[str] | None
 ) -> list[BoundWork]:
@@ -43,22 +64,7 @@ def bound_work(
     ).all()
     if not rows:
         return []
-    groups: dict[int, list[TaskGroup]] = {}
-    for g in session.execute(
-        select(
-            TaskGroupRow.workload_id,
-            TaskGroupRow.name,
-            TaskGroupRow.replicas,
-            TaskGroupRow.gpu,
-            TaskGroupRow.gpu_memory,
-            TaskGroupRow.cpu,
-            TaskGroupRow.memory,
-        )
-        .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
-        .where(*conditions)
-        .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
-    ):
-        groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
+    groups = task_groups(session, tuple(conditions))
     placed: dict[int, list[TaskState]] = {}
     for p in session.execute(
         select(

@@ -121,3 +121,7 @@ def test_a_gang_that_cannot_fit_stays_pending_and_starts_nothing(corral_up: Serv
     assert not (up.data_dir / "logs" / "too-big").exists()
     assert processes_of(up.workloads_dir / "too-big") == []
     assert up.get("/nodes")[0]["allocated_gpu"] == 1
+    # The holder is cancelled, and its process stopped, before the server goes.
+    with up.client() as client:
+        assert client.post("/workloads/holder/cancel").status_code == 200
+    wait_until(lambda: processes_of(up.workloads_dir / "holder") == [], 20, "the holder to stop")

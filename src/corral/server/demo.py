@@ -109,6 +109,10 @@ class Demo:
         return self._api
 
     def _sample_if_due(self) -> None:
+        if self._api is None:
+            # Still waiting for the server (a slow start): the story, and its samples,
+            # begin once it answers.
+            return
         now = time.monotonic() - self.start
         if self.samples and now - self.samples[-1][0] < 1.0:
             return

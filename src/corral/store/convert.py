@@ -83,6 +83,20 @@ def node_placements(session: Session, row: NodeRow) -> list[PlacementRow]:
     return list(session.scalars(select(PlacementRow).where(PlacementRow.node_id == row.id)).all())
 
 
+def node_of(row: Any, gpus: int) -> Node:
+    """The engine's node of a `nodes` row (an ORM row or a plain one), with `gpus` devices."""
+    return Node(
+        name=row.name,
+        gpus=gpus,
+        gpu_memory=row.gpu_memory,
+        gpu_model=row.gpu_model,
+        cpu=row.cpu,
+        memory=row.memory,
+        labels=dict(row.labels),
+        schedulable=row.schedulable,
+    )
+
+
 def node_record(session: Session, row: NodeRow) -> NodeRecord:
     """The node of a row with its devices and the tasks placed on it."""
     tasks = []
@@ -97,16 +111,7 @@ def node_record(session: Session, row: NodeRow) -> NodeRecord:
                 placement.gpu,
             )
         )
-    node = Node(
-        name=row.name,
-        gpus=len(row.devices),
-        gpu_memory=row.gpu_memory,
-        gpu_model=row.gpu_model,
-        cpu=row.cpu,
-        memory=row.memory,
-        labels=dict(row.labels),
-        schedulable=row.schedulable,
-    )
+    node = node_of(row, len(row.devices))
     return NodeRecord(
         node=node,
         devices=tuple(Device(d.index, d.uuid, d.model, d.memory, d.virtual) for d in row.devices),

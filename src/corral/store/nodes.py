@@ -9,9 +9,8 @@ from typing import cast
 from sqlalchemy import Table, select, update
 from sqlalchemy.orm import Session
 
-from corral.model import Node
 from corral.model.spec import Device, NodeSpec
-from corral.store.convert import node_placements, node_record
+from corral.store.convert import node_of, node_placements, node_record
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
 from corral.store.records import NodeRecord, NodeState, TaskOnNode
@@ -128,16 +127,7 @@ def list_nodes(session: Session) -> list[NodeRecord]:
     records = []
     for row in session.execute(select(NODES).order_by(NodeRow.name)):
         listed = tuple(devices.get(row.id, ()))
-        node = Node(
-            name=row.name,
-            gpus=len(listed),
-            gpu_memory=row.gpu_memory,
-            gpu_model=row.gpu_model,
-            cpu=row.cpu,
-            memory=row.memory,
-            labels=dict(row.labels),
-            schedulable=row.schedulable,
-        )
+        node = node_of(row, len(listed))
         on_node = sorted(tasks.get(row.id, ()), key=lambda t: (t.devices, t.workload, t.task))
         records.append(
             NodeRecord(

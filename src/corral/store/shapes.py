@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from corral.model import Node, Queue
-from corral.store.convert import queue_from_row
+from corral.store.convert import node_of, queue_from_row
 from corral.store.schema import DeviceRow, NodeRow, QueueRow
 
 
@@ -25,19 +25,7 @@ def cluster_shape(session: Session) -> tuple[tuple[Node, ...], tuple[Queue, ...]
         .outerjoin(devices, devices.c.node_id == NodeRow.id)
         .order_by(NodeRow.name)
     ).all()
-    nodes = tuple(
-        Node(
-            name=row.name,
-            gpus=int(gpus),
-            gpu_memory=row.gpu_memory,
-            gpu_model=row.gpu_model,
-            cpu=row.cpu,
-            memory=row.memory,
-            labels=dict(row.labels),
-            schedulable=row.schedulable,
-        )
-        for row, gpus in rows
-    )
+    nodes = tuple(node_of(row, int(gpus)) for row, gpus in rows)
     queue_rows = session.scalars(select(QueueRow)).all()
     names = {row.id: row.name for row in queue_rows}
     return nodes, tuple(queue_from_row(row, names) for row in queue_rows)

@@ -30,7 +30,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from corral.agent.exec import ExecSession
 from corral.server.deps import API
-from corral.server.proxy import deny
+from corral.server.proxy import deny, until_one_ends
 from corral.server.workspace_access import (
     Refused,
     authenticate,
@@ -255,14 +255,8 @@ async def _relay_tcp(
                 writer.write(data)
                 await writer.drain()
 
-    tasks = [asyncio.ensure_future(outbound()), asyncio.ensure_future(inbound())]
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await until_one_ends(outbound(), inbound())
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
         with contextlib.suppress(Exception):
             await websocket.close(1000)

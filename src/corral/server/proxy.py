@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from http.cookies import SimpleCookie
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -259,6 +260,20 @@ async def proxy_websocket(websocket: WebSocket, name: str, rest: str) -> None:
         await relay(websocket, upstream, target.target.workload, websocket.app.state.activity)
 
 
+async def until_one_ends(*directions: Coroutine[Any, Any, None]) -> None:
+    """Run the directions of a relay until one of them ends (its side closed), then stop
+    the others and wait for them."""
+    tasks = [asyncio.ensure_future(direction) for direction in directions]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
 async def relay(
     websocket: WebSocket, upstream: ClientConnection, workload: str, activity: Activity
 ) -> None:
@@ -283,15 +298,9 @@ async def relay(
             else:
                 await websocket.send_text(data)
 
-    tasks = [asyncio.ensure_future(inbound()), asyncio.ensure_future(outbound())]
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await until_one_ends(inbound(), outbound())
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
         with contextlib.suppress(Exception):
             await upstream.close()
         with contextlib.suppress(Exception, WebSocketDisconnect):

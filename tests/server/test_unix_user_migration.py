@@ -7,21 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
 from corral.store import Store
-from corral.store.database import MIGRATIONS
+from migration_support import migrated
 
 
 def test_existing_users_get_their_own_name_and_the_admin_none(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = sa.create_engine(url)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0002")
+    engine = migrated(url, "0002")
     with engine.begin() as connection:
         connection.execute(
             sa.text(

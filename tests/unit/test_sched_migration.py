@@ -6,28 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
 from corral.store import Store
-from corral.store.database import MIGRATIONS
+from migration_support import OLD_QUEUE, migrated
 
 
 def test_queues_of_before_have_no_min_runtime(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = sa.create_engine(url)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
+    engine = migrated(url, "0003_memberships")
     with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0003_memberships")
-        connection.execute(
-            sa.text(
-                "INSERT INTO queues (id, name, parent_id, deserved_gpu, weight_gpu, weight_cpu,"
-                " weight_memory, priority, created_at) VALUES (1, 'team', NULL, 4, 1, 1, 1,"
-                " 100, 0)"
-            )
-        )
+        connection.execute(sa.text(OLD_QUEUE))
     engine.dispose()
     store = Store(url)
     try:

@@ -9,8 +9,6 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import update
 from vis_timeline import sample
 
@@ -18,7 +16,6 @@ from corral.model import Decisions, Eviction, Node, Placement, Queue, Resources,
 from corral.model.durations import format_duration
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Invalid, Store
-from corral.store.database import MIGRATIONS
 from corral.store.reports import Ended
 from corral.store.rules import (
     enforce_rules,
@@ -30,6 +27,7 @@ from corral.store.rules import (
 from corral.store.telemetry import record_samples
 from corral.store.telemetry_schema import AllocationRow
 from corral.store.usage import Allocation, allocations, open_allocations
+from migration_support import upgrade_to
 
 EVERYTHING = (0.0, math.inf)
 
@@ -337,11 +335,7 @@ def test_upgrading_gives_running_work_an_open_interval(store: Store) -> None:
         connection.execute(sa.text("DROP TABLE IF EXISTS nodes"))
         connection.execute(sa.text("DROP TABLE IF EXISTS queues"))
         connection.execute(sa.text("DROP TABLE IF EXISTS events"))
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0001")
+    upgrade_to(engine, "0001")
     with engine.begin() as connection:
         run = connection.execute
         run(

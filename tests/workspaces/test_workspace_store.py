@@ -10,18 +10,16 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import update
 
 from corral.model import Decisions, Node, Placement, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, PortSpec, WorkloadSpec
 from corral.model.telemetry import Sample
 from corral.store import Store
-from corral.store.database import MIGRATIONS
 from corral.store.rules import enforce_rules, set_rules
 from corral.store.telemetry import record_samples
 from corral.store.telemetry_schema import AllocationRow
+from migration_support import migrated
 
 GIB = 1 << 30
 PORTS = (PortSpec("main", base_url=True), PortSpec("tensorboard"))
@@ -132,12 +130,7 @@ def test_migration_0006_ws_keeps_older_workloads(
         url = "postgresql+psycopg://" + request.getfixturevalue("postgres")().split("://", 1)[1]
     else:
         url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = sa.create_engine(url)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0003_memberships")
+    engine = migrated(url, "0003_memberships")
     with engine.begin() as connection:
         connection.execute(
             sa.text(

@@ -233,5 +233,8 @@ class _NoCluster:
     def running(self, node: str) -> set[tuple[str, int]] | None:
         return set()
 
+    def strays(self, node: str) -> set[tuple[str, int]]:
+        return set()
+
     def close(self) -> None:
         pass

@@ -31,6 +31,8 @@ from corral.agent.identity import (
 )
 from corral.agent.ports import allocate, port_variables
 from corral.agent.process import TaskProcess
+from corral.agent.strays import Stray, find_strays
+from corral.agent.strays import stop as stop_stray
 from corral.agent.telemetry import Holder, Sampler, interval_from_env
 from corral.messages import Reports, TaskLaunch, TaskStop
 from corral.model.spec import Device
@@ -87,6 +89,9 @@ class Agent:
         # Telemetry of the node's devices (none without devices: nothing to sample).
         interval = sample_interval if sample_interval is not None else interval_from_env()
         self.sampler = Sampler(node, devices, interval) if devices else None
+        # Launchers of this data directory that run from before this agent, by pid: the
+        # store adopts them, or they are stopped (see corral.agent.strays).
+        self._strays: dict[int, Stray] = find_strays(self.data_dir / "run")
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -108,6 +113,7 @@ class Agent:
                 if launch.key in self._tasks:
                     continue
                 task = _Task(launch)
+                self._claim_strays(launch)
                 if launch.pid is not None and launch.proc_start is not None:
                     try:
                         self._adopt(task, launch.pid, launch.proc_start)
@@ -117,6 +123,18 @@ class Agent:
                         task.failure = f"could not be adopted: {error}"
                 self._tasks[launch.key] = task
         self.tick()
+
+    def _claim_strays(self, launch: TaskLaunch) -> None:
+        """A stray that is the launch's own process is adopted with it; any other stray of
+        the same task is of an older launch (or its start never reached the store): it is
+        stopped, and the task starts once it has gone."""
+        for pid, stray in list(self._strays.items()):
+            if stray.key != launch.key:
+                continue
+            if pid == launch.pid and stray.proc_start == launch.proc_start:
+                del self._strays[pid]
+            else:
+                stop_stray(stray, time.time(), launch.grace, "its task is started again")
 
     def _adopt(self, task: _Task, pid: int, proc_start: int) -> None:
         launch = task.launch
@@ -132,6 +150,9 @@ class Agent:
             for stop in stops:
                 for number in stop.tasks:
                     task = self._tasks.get((stop.workload, number))
+                    for stray in self._strays.values():
+                        if stray.key == (stop.workload, number):
+                            stop_stray(stray, time.time(), stop.grace, stop.reason)
                     if task is None:
                         continue
                     if task.process is None:
@@ -148,6 +169,12 @@ class Agent:
     def running(self) -> set[tuple[str, int]]:
         with self._lock:
             return set(self._tasks)
+
+    def strays(self) -> set[tuple[str, int]]:
+        """The tasks of processes found running from before this agent that the store has
+        not adopted (the reconciler stops those it does not bind)."""
+        with self._lock:
+            return {stray.key for stray in self._strays.values()}
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -168,7 +195,12 @@ class Agent:
                 if held.process is not None:
                     for device, share in _shares(held.launch):
                         busy[device] = busy.get(device, 0.0) + share
+            waiting = self._watch_strays(now, busy)
             for key, task in list(self._tasks.items()):
+                if task.process is None and (
+                    key in waiting or (None in waiting and task.launch.devices)
+                ):
+                    continue  # a process found running holds its devices or its files
                 try:
                     outcome = self._advance(task, now, busy, started)
                 except Exception as error:
@@ -183,6 +215,26 @@ class Agent:
                     ended.append((task, *outcome))
                     self.sessions.stop_workload(task.launch.workload)
         self._report(started, ended)
+
+    def _watch_strays(self, now: float, busy: dict[int, float]) -> set[tuple[str, int] | None]:
+        """Forget strays that have gone, kill those overdue, and count the devices of the
+        rest as held. The tasks that must wait: those with a stray of their own (it would
+        write their exit file), and every task with devices (None) while a stray whose
+        devices are unknown lives."""
+        waiting: set[tuple[str, int] | None] = set()
+        for pid, stray in list(self._strays.items()):
+            if not stray.alive():
+                log.info("task %s/%s found running (pid %d) has ended", *stray.key, pid)
+                del self._strays[pid]
+                continue
+            if stray.kill_at is not None and now >= stray.kill_at:
+                stray.signal(signal.SIGKILL)
+            waiting.add(stray.key)
+            if stray.shares is None:
+                waiting.add(None)
+            for device, share in stray.shares or []:
+                busy[device] = busy.get(device, 0.0) + share
+        return waiting
 
     def _advance(
         self, task: _Task, now: float, busy: dict[int, float], started: list[_Task]

@@ -41,5 +41,9 @@ class Cluster(Protocol):
         """The (workload, task) pairs the node's agent runs or is stopping, or None when
         the node has no agent here."""
 
+    def strays(self, node: str) -> set[tuple[str, int]]:
+        """The (workload, task) pairs of processes the node's agent found running from
+        before it started and nobody adopted (see corral.agent.strays)."""
+
     def close(self) -> None:
         """Stop talking to the agents (their tasks keep running)."""

@@ -63,6 +63,10 @@ class LocalCluster:
         agent = self.agents.get(node)
         return agent.running() if agent is not None else None
 
+    def strays(self, node: str) -> set[tuple[str, int]]:
+        agent = self.agents.get(node)
+        return agent.strays() if agent is not None else set()
+
     def close(self) -> None:
         for agent in self.agents.values():
             agent.close()

@@ -132,6 +132,7 @@ class _Agent:
     last_answer: float = 0.0
     last_heartbeat: float = 0.0
     running: set[tuple[str, int]] = field(default_factory=set)
+    strays: set[tuple[str, int]] = field(default_factory=set)
 
 
 class RayCluster:
@@ -221,6 +222,12 @@ class RayCluster:
             if time.time() - agent.last_answer > max(5 * self.poll_interval, 3.0):
                 return None
             return set(agent.running)
+
+    def strays(self, node: str) -> set[tuple[str, int]]:
+        """What the node's agent said, at its last answer, it found running unadopted."""
+        with self._lock:
+            agent = self._by_name.get(node)
+            return set(agent.strays) if agent is not None and agent.registered else set()
 
     def close(self) -> None:
         """Stop polling; the agents and their tasks keep running, for the next server."""
@@ -400,6 +407,8 @@ class RayCluster:
     def _drained(self, agent: _Agent, answer: dict[str, Any]) -> None:
         agent.last_answer = time.time()
         agent.running = {(workload, task) for workload, task in answer["running"]}
+        # An older agent finds no strays.
+        agent.strays = {(workload, task) for workload, task in answer.get("strays", ())}
         for workload, task, data in answer["logs"]:
             path = self.log_dir / "logs" / workload / f"task-{task}.log"
             path.parent.mkdir(parents=True, exist_ok=True)

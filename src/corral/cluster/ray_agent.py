@@ -237,6 +237,7 @@ class NodeAgent:
         return {
             "reports": items,
             "running": sorted(self.agent.running()),
+            "strays": sorted(self.agent.strays()),
             "logs": logs,
             "samples": samples,
         }

@@ -282,7 +282,9 @@ class Dispatcher:
         for record in self.store.node_states() if nodes is None else nodes:
             running = self.cluster.running(record.name)
             if running is not None:
-                agents[record.name] = running
+                # Processes found running from before the agent count as run by it: they
+                # are stopped unless bound, and adopted (or replaced) when bound.
+                agents[record.name] = (running, self.cluster.strays(record.name))
         # Reports sent before those answers are in the store before it is read.
         self.reports.flush()
         # All bound work in one read, grouped by node: reading it node by node cost a read
@@ -292,7 +294,7 @@ class Dispatcher:
             for node in dict.fromkeys(task.node for task in work.tasks):
                 by_node.setdefault(node, []).append(work)
         accounts = unix_users(self.store)
-        for node, running in agents.items():
+        for node, (running, strays) in agents.items():
             keys: set[tuple[str, int]] = set()
             missing: list[TaskLaunch] = []
             for work in by_node.get(node, []):
@@ -314,7 +316,7 @@ class Dispatcher:
             if missing:
                 self.cluster.start(missing)
             extra: dict[str, list[int]] = {}
-            for workload, task in running - keys:
+            for workload, task in (running | strays) - keys:
                 extra.setdefault(workload, []).append(task)
             if extra:
                 self.cluster.stop(

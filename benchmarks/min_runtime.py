@@ -11,13 +11,14 @@ nodes of 8, the default: there the VCs borrow each other's idle quota and reclai
 when their own demand rises, minute by minute, which is where reclaims chase each other.
 Cycles every 60 s allocate, consolidate and reclaim (every job has the same priority).
 
-It replays the trace twice: without a min-runtime, and with `reclaim_min_runtime` on
-every queue (10 minutes by default: a job that has run less since it last started is no
-victim of reclaim). Jobs checkpoint after every 30 minutes of progress and pay 60 s to
-restart (as in benchmarks/lost_work.py); lost work is the progress evictions throw away
-times the job's GPUs. In both runs the engine knows how long each job has run since it
-last started, as on a live server, so among equal victims it takes those that ran least:
-the runs differ in the protection alone.
+It replays the trace without a min-runtime and with `reclaim_min_runtime` on every queue
+(10 minutes by default: a job that has run less since it last started is no victim of
+reclaim), each twice: with the victims that ran least since they started (what a server
+knows without checkpoint reports: the engine is told how long each job has run) and with
+checkpoint-aware victims (it is also told each job's work since its last checkpoint).
+Jobs checkpoint after every 30 minutes of progress and pay 60 s to restart (as in
+benchmarks/lost_work.py); lost work is the progress evictions throw away times the job's
+GPUs. Evictions count reclaims and consolidation's moves (a move restarts a job too).
 
 Without the shared traces (../shared/traces, or $CORRAL_TRACES) it says so and exits 0.
 With --json the last line is one JSON object with at least `evictions_off`,
@@ -62,10 +63,10 @@ def shared_traces() -> Path | None:
 
 
 def replay(
-    trace: Trace, gpus: int, min_runtime: float | None, interval: float
+    trace: Trace, gpus: int, min_runtime: float | None, interval: float, aware: bool
 ) -> tuple[SimResult, float]:
     """One replay on `gpus` GPUs with `min_runtime` as every queue's reclaim min-runtime
-    (None: off), and the CPU seconds it took."""
+    (None: off), checkpoint-aware victims or not, and the CPU seconds it took."""
     queues = tuple(
         dataclasses.replace(queue, reclaim_min_runtime=min_runtime)
         for queue in project_queues(dict(trace.quotas))
@@ -79,6 +80,7 @@ def replay(
         # Both runs tell the engine how long each job has run, as a live server does, so
         # that they differ in the protection alone (not in the victim order it implies).
         running_for=True,
+        checkpoint_aware=aware,
     )
     began = time.process_time()
     result = Simulation(prepare("corral", cluster), trace, cluster.quotas(), settings).run()
@@ -104,9 +106,15 @@ def main() -> None:
             sum(1 for job in trace.jobs if job.submitted - first < args.days * 86400)
         )
     gpus = args.gpus or int(sum(trace.quotas.values()))
-    results: dict[str, tuple[SimResult, float]] = {
-        "off": replay(trace, gpus, None, args.interval),
-        "on": replay(trace, gpus, args.min_runtime, args.interval),
+    variants = {
+        "off": (None, False),
+        "on": (args.min_runtime, False),
+        "off_aware": (None, True),
+        "on_aware": (args.min_runtime, True),
+    }
+    results = {
+        name: replay(trace, gpus, min_runtime, args.interval, aware)
+        for name, (min_runtime, aware) in variants.items()
     }
     span = f"first {args.days:g} days" if args.days is not None else "all of May 2020"
     print(
@@ -115,11 +123,16 @@ def main() -> None:
     )
     rows = []
     for name, (result, cpu) in results.items():
-        label = "off" if name == "off" else f"{args.min_runtime / 60:g} min"
+        min_runtime, aware = variants[name]
+        label = "off" if min_runtime is None else f"{min_runtime / 60:g} min"
+        by_action = result.evictions_by_action
         rows.append(
             [
                 label,
+                "checkpoint-aware" if aware else "ran least",
                 f"{result.preemptions:,}",
+                f"{by_action.get('reclaim', 0):,}",
+                f"{by_action.get('consolidate', 0):,}",
                 f"{result.lost_gpu_hours:,.1f}",
                 f"{(result.queueing_delay.p95 or 0.0) / HOUR:.2f}",
                 f"{(result.queueing_delay.mean or 0.0) / HOUR:.2f}",
@@ -127,8 +140,8 @@ def main() -> None:
                 f"{cpu:.0f}",
             ]
         )
-    headers = ["reclaim min-runtime", "evictions", "lost GPU-h", "p95 wait h", "mean wait h"]
-    print(table([*headers, "busy", "CPU s"], rows))
+    headers = ["reclaim min-runtime", "victims", "evictions", "reclaims", "moves", "lost GPU-h"]
+    print(table([*headers, "p95 wait h", "mean wait h", "busy", "CPU s"], rows))
     off, on = results["off"][0], results["on"][0]
     if args.json:
         summary = {
@@ -141,6 +154,10 @@ def main() -> None:
             "lost_gpu_hours_on": round(on.lost_gpu_hours, 1),
             "p95_wait_h_off": round((off.queueing_delay.p95 or 0) / HOUR, 3),
             "p95_wait_h_on": round((on.queueing_delay.p95 or 0) / HOUR, 3),
+            "evictions_off_checkpoint_aware": results["off_aware"][0].preemptions,
+            "evictions_on_checkpoint_aware": results["on_aware"][0].preemptions,
+            "lost_gpu_hours_off_checkpoint_aware": round(results["off_aware"][0].lost_gpu_hours, 1),
+            "lost_gpu_hours_on_checkpoint_aware": round(results["on_aware"][0].lost_gpu_hours, 1),
             "cpu_s": round(sum(cpu for _, cpu in results.values()), 1),
         }
         print(json.dumps(summary))

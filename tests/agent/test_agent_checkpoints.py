@@ -3,6 +3,7 @@ task processes that say when they checkpoint with `corral.sdk.checkpointed()`.
 
 - A task checkpoints, its agent reports it, higher-priority work preempts it, and
   `corral describe` says how much work it lost, counted from that checkpoint.
+- A task that checkpoints when asked to stop (`corral.sdk.preemption`) lost nothing.
 - Two running workloads that differ only in when they last checkpointed: the one with
   the more recent checkpoint is the victim (it loses less), although it is the older one,
   which newest-first would have kept."""
@@ -100,6 +101,40 @@ def test_describe_says_how_much_work_a_preemption_lost_since_the_checkpoint(
     line = next(line for line in described.splitlines() if line.startswith("preempted"))
     assert lost["summary"] in line, described
     assert any(line.startswith("last checkpoint") for line in described.splitlines())
+
+
+# Checkpoints when SIGTERM asks it to stop, and only then.
+SAVES_WHEN_ASKED = """
+import time
+from corral.sdk import preemption
+preemption.install()
+print("running", flush=True)
+while not preemption.requested():
+    time.sleep(0.05)
+preemption.save({"step": 1})
+print("saved", flush=True)
+"""
+
+
+def test_a_task_that_checkpoints_when_asked_to_stop_lost_nothing(corral_up: Servers) -> None:
+    up = corral_up(1, {"q": 1})
+    up.submit("polite", "q", [PYTHON, "-c", SAVES_WHEN_ASKED], gpu=1, grace_period=20)
+    up.wait_status("polite", "running")
+    up.wait_log("polite", "running")
+    _urgent(up)
+    wait_until(lambda: up.events("polite", "preempted"), 30, "polite to be preempted")
+    up.wait_log("polite", "saved")
+
+    def lost_nothing() -> Any:
+        lost = up.workload("polite")["lost_work"]
+        return lost if lost and lost["gpu_seconds"] == 0 else None
+
+    lost = wait_until(lost_nothing, 30, "the record to say polite lost nothing")
+    assert lost["summary"] == "lost no work: it checkpointed when asked to stop"
+    assert lost["since"] > lost["at"] and lost["from_checkpoint"]
+    [event] = up.events("polite", "preempted")
+    # The event says what was known at the preemption: everything since its start.
+    assert "no checkpoint known" in event["reason"]
 
 
 def test_of_two_equal_victims_the_one_with_the_newer_checkpoint_is_preempted(

@@ -16,7 +16,7 @@ from corral.model.durations import lost_work_phrase
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Store
 from corral.store.reports import Checkpointed
-from corral.store.schema import PlacementRow
+from corral.store.schema import PlacementRow, WorkloadRow
 from migration_support import OLD_QUEUE, OLD_WORKLOAD, migrated
 
 HOUR = 3600.0
@@ -149,6 +149,47 @@ def test_a_preemption_records_the_work_lost_since_the_last_checkpoint(store: Sto
     store.apply(Decisions({}, (Eviction("saved", (0,), "preempt", "urgent", "again"),), {}, {}))
     again = store.get_workload("saved").lost_work
     assert again is not None and not again.from_checkpoint and again.gpu_seconds < 120
+
+
+def test_a_checkpoint_in_the_grace_period_saves_the_work_the_preemption_was_to_lose(
+    store: Store,
+) -> None:
+    _cluster(store, ("a", "b"))
+    store.apply(
+        Decisions(
+            {"a": (Placement(0, "n1", (0, 1), 2.0),), "b": (Placement(0, "n2", (0, 1), 2.0),)},
+            (),
+            {},
+            {},
+        )
+    )
+    _bound_ago(store, HOUR)
+    evict = tuple(Eviction(name, (0,), "preempt", "urgent", "x") for name in ("a", "b"))
+    store.apply(Decisions({}, evict, {}, {}))
+    with store.write() as session:
+        # Preempted 200 s ago, so that the reports below are of times in the past (a later
+        # one would count as now).
+        session.execute(update(WorkloadRow).values(preempted_at=WorkloadRow.preempted_at - 200))
+    lost = store.get_workload("a").lost_work
+    assert lost is not None and lost.gpu_seconds >= 2 * HOUR
+    grace = store.get_workload("a").spec.grace_period
+    assert grace + 60 < 200
+    # a checkpointed on SIGTERM; b's report comes from long after its grace period.
+    store.write_reports(
+        [
+            Checkpointed("n1", "a", lost.at + 1),
+            Checkpointed("n2", "b", lost.at + grace + 60),
+        ]
+    )
+    saved = store.get_workload("a")
+    assert saved.checkpoint_at == lost.at + 1
+    assert saved.lost_work is not None
+    assert (saved.lost_work.gpu_seconds, saved.lost_work.from_checkpoint) == (0.0, True)
+    assert saved.lost_work.since - saved.lost_work.at == 1
+    assert lost_work_phrase(0.0, -1.0, True) == "lost no work: it checkpointed when asked to stop"
+    late = store.get_workload("b")
+    assert late.checkpoint_at is None
+    assert late.lost_work is not None and late.lost_work.gpu_seconds >= 2 * HOUR
 
 
 def test_a_store_of_0006_ux_is_upgraded(tmp_path: Path) -> None:

@@ -268,11 +268,14 @@ class Agent:
                     ),
                 )
             )
-        if time.time() - self._last_heartbeat >= self.heartbeat_interval:
+        beat = time.time() - self._last_heartbeat >= self.heartbeat_interval
+        if beat:
             self._last_heartbeat = time.time()
             calls.append(("heartbeat", partial(reports.heartbeat, self.node)))
-            # As often as the heartbeat: a look at each running workload's checkpoints.
-            found = self._new_checkpoints()
+        if beat or ended:
+            # A look at each running workload's checkpoints as often as the heartbeat, and a
+            # last one when a task ends (it may have checkpointed when asked to stop).
+            found = self._new_checkpoints({task.launch.workload for task, _, _ in ended})
             if found:
                 calls.append(("checkpoints", partial(reports.checkpoints, self.node, found)))
         if self.sampler is not None and self.sampler.due(time.time()):
@@ -283,14 +286,15 @@ class Agent:
             except Exception:
                 log.exception("reporting %s failed", what)
 
-    def _new_checkpoints(self) -> dict[str, float]:
-        """The workloads running here whose last checkpoint is newer than the one reported
-        (see corral.agent.checkpoints), with its time; forgets the workloads that left."""
+    def _new_checkpoints(self, ended: set[str]) -> dict[str, float]:
+        """The workloads running here, or whose task here has just `ended`, whose last
+        checkpoint is newer than the one reported (see corral.agent.checkpoints), with its
+        time; forgets the workloads that left."""
         with self._lock:
             workloads = {t.launch.workload for t in self._tasks.values() if t.process is not None}
         now = time.time()
         found: dict[str, float] = {}
-        for workload in sorted(workloads):
+        for workload in sorted(workloads | ended):
             at = last_checkpoint(self.workloads_dir / workload, now)
             if at is not None and at > self._checkpoints.get(workload, float("-inf")):
                 found[workload] = at

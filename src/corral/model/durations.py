@@ -65,7 +65,11 @@ def format_gpu_time(gpu_seconds: float) -> str:
 def lost_work_phrase(gpu_seconds: float, span: float, from_checkpoint: bool) -> str:
     """What a preemption threw away, in words: `gpu_seconds` of work done in the `span`
     seconds before it, since the last checkpoint (`from_checkpoint`) or since the run
-    started. "lost 12 GPU-min of work: last checkpoint 6 min before preemption"."""
+    started. "lost 12 GPU-min of work: last checkpoint 6 min before preemption"; a
+    negative `span` is a checkpoint taken in the grace period, which lost nothing."""
+    if span < 0:
+        # The checkpoint came after the preemption, in its grace period.
+        return "lost no work: it checkpointed when asked to stop"
     before = format_span(span)
     where = (
         f"last checkpoint {before} before preemption"

@@ -166,7 +166,8 @@ class LostWorkOut(TypedDict):
     at: float
     # GPU-seconds of work done since `since`, lost
     gpu_seconds: float
-    # its last checkpoint, or the start of the run preempted
+    # its last checkpoint, or the start of the run preempted; after `at` when it checkpointed in its
+    # grace period (then nothing was lost)
     since: float
     # whether `since` is a checkpoint
     from_checkpoint: bool

@@ -560,7 +560,10 @@ class WorkspaceOut(BaseModel):
 class LostWorkOut(BaseModel):
     at: float = Field(description="when the workload was preempted")
     gpu_seconds: float = Field(description="GPU-seconds of work done since `since`, lost")
-    since: float = Field(description="its last checkpoint, or the start of the run preempted")
+    since: float = Field(
+        description="its last checkpoint, or the start of the run preempted; after `at` when "
+        "it checkpointed in its grace period (then nothing was lost)"
+    )
     from_checkpoint: bool = Field(description="whether `since` is a checkpoint")
     summary: str = Field(description='in words: "lost 12 GPU-min of work: last checkpoint ..."')
 

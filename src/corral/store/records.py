@@ -51,7 +51,8 @@ class NodeRecord:
 class LostWork:
     """What a workload's latest preemption threw away: `gpu_seconds` of work done since
     `since`, which was its last checkpoint (`from_checkpoint`) or else the start of the
-    run that was preempted at `at`."""
+    run that was preempted at `at`. A checkpoint taken in the grace period makes `since`
+    later than `at`, and `gpu_seconds` 0."""
 
     at: float
     gpu_seconds: float

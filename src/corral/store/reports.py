@@ -58,6 +58,8 @@ class Checkpointed:
 
 
 Report = Started | Ended | Checkpointed | Beat
+# A task stopped after its grace period may still be finishing a checkpoint it began then.
+GRACE_SLACK = 5.0
 
 
 @dataclass(slots=True)
@@ -124,11 +126,26 @@ def checkpointed(row: WorkloadRow | None, report: Checkpointed, now: float) -> N
     time comes from files the task writes, so it is never taken as later than now; only an
     agent that runs the workload speaks for it, and a checkpoint never goes back in time.
     Nothing the scheduler must act on at once: no generation moves (the next full read of
-    the store sees it)."""
-    if row is None or row.status != "running" or not math.isfinite(report.at):
-        return
-    if not any(placement.node.name == report.node for placement in row.placements):
+    the store sees it).
+
+    A checkpoint taken in the grace period of the workload's latest preemption (as
+    `corral.sdk.preemption` does on SIGTERM; its agent looks once more when the task ends)
+    saved the work that preemption was recorded to lose: the record then says nothing was
+    lost."""
+    if row is None or not math.isfinite(report.at):
         return
     at = min(report.at, now)
-    if row.checkpoint_at is None or at > row.checkpoint_at:
+    if row.checkpoint_at is not None and at <= row.checkpoint_at:
+        return
+    if row.status == "running":
+        if any(placement.node.name == report.node for placement in row.placements):
+            row.checkpoint_at = at
+        return
+    preempted = row.preempted_at
+    if row.status != "pending" or preempted is None or row.lost_since is None:
+        return
+    if preempted <= at <= preempted + row.grace_period + GRACE_SLACK:
         row.checkpoint_at = at
+        row.lost_gpu_seconds = 0.0
+        row.lost_since = at
+        row.lost_since_checkpoint = True

@@ -89,5 +89,10 @@ class Reports(Protocol):
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive."""
 
+    def checkpoints(self, node: str, times: Mapping[str, float]) -> None:
+        """The newest checkpoint (Unix time) of workloads running on the node, by name, for
+        those whose checkpoint is newer than the node's agent last said. An agent of
+        before this message sends none."""
+
     def samples(self, node: str, samples: list[Sample]) -> None:
         """The node's latest telemetry: one sample per device, or per task on a shared one."""

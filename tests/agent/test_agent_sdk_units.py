@@ -22,7 +22,9 @@ def test_save_and_load_latest_round_trip_and_rotation(tmp_path: Path) -> None:
     assert [p.name for p in paths] == [f"checkpoint-{n:08d}.pkl" for n in range(1, 6)]
     # Only the newest three are kept, oldest first; the latest is the last saved.
     assert preemption.checkpoints(tmp_path) == paths[2:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in paths[2:]]
+    # (and the marker `save` touches to tell corral it checkpointed).
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == [preemption.CHECKPOINT_MARKER, *(p.name for p in paths[2:])]
     assert preemption.latest_checkpoint(tmp_path) == paths[-1]
     assert preemption.load_latest(tmp_path) == {"step": 5}
     # Numbering goes on after the rotation.

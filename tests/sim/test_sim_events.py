@@ -3,6 +3,8 @@ into cycles, idle clocks, and the shortcuts changing nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from corral.model import Node, TaskGroup
@@ -163,3 +165,27 @@ def test_checkpoint_aware_victims_lose_less(aware: bool, victim: str, lost: floa
     other = "old" if victim == "new" else "new"
     assert (states[victim].preemptions, states[victim].lost) == (1, lost)
     assert (states[other].preemptions, states[other].lost) == (0, 0.0)
+
+
+@pytest.mark.parametrize(("min_runtime", "reclaimed_at"), [(None, 120.0), (600.0, 600.0)])
+def test_the_simulator_honours_reclaim_min_runtime(
+    min_runtime: float | None, reclaimed_at: float
+) -> None:
+    """One node of 2 GPUs; a and b deserve 1 each. a's job starts at 0 on both GPUs; b's
+    arrives at 120 and reclaims one. With a 600 s reclaim min-runtime on every queue, a's
+    job is no victim until it has run 600 s: the cycle at 120 changes nothing, and the
+    simulator runs the next one when the job comes of age (nothing else happens until
+    a's job ends at 10,000)."""
+    jobs = [job("young", "a", 0, 10_000, 2), job("b", "b", 120, 600, 1)]
+    trace = Trace("t", "test", tuple(jobs), 120)
+    queues = tuple(
+        replace(queue, reclaim_min_runtime=min_runtime)
+        for queue in project_queues({"a": 1, "b": 1})
+    )
+    cluster = Cluster("c", (Node("node0", gpus=2),), queues)
+    settings = SimSettings(cycle_interval=10.0, restart_cost=0.0)
+    simulation = Simulation(prepare("corral", cluster), trace, cluster.quotas(), settings)
+    simulation.run()
+    states = {state.job.name: state for state in simulation.jobs}
+    assert states["young"].preemptions == 1
+    assert states["b"].first_start == reclaimed_at

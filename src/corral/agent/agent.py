@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from corral.agent.checkpoints import last_checkpoint
 from corral.agent.exec import ExecSession, Sessions, spawn
 from corral.agent.identity import (
     Identity,
@@ -86,6 +87,8 @@ class Agent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_heartbeat = 0.0
+        # The newest checkpoint time reported for each workload that runs here.
+        self._checkpoints: dict[str, float] = {}
         # Telemetry of the node's devices (none without devices: nothing to sample).
         interval = sample_interval if sample_interval is not None else interval_from_env()
         self.sampler = Sampler(node, devices, interval) if devices else None
@@ -317,9 +320,16 @@ class Agent:
                     ),
                 )
             )
-        if time.time() - self._last_heartbeat >= self.heartbeat_interval:
+        beat = time.time() - self._last_heartbeat >= self.heartbeat_interval
+        if beat:
             self._last_heartbeat = time.time()
             calls.append(("heartbeat", partial(reports.heartbeat, self.node)))
+        if beat or ended:
+            # A look at each running workload's checkpoints as often as the heartbeat, and a
+            # last one when a task ends (it may have checkpointed when asked to stop).
+            found = self._new_checkpoints({task.launch.workload for task, _, _ in ended})
+            if found:
+                calls.append(("checkpoints", partial(reports.checkpoints, self.node, found)))
         if self.sampler is not None and self.sampler.due(time.time()):
             calls.append(("telemetry", self._send_samples))
         for what, call in calls:
@@ -327,6 +337,23 @@ class Agent:
                 call()
             except Exception:
                 log.exception("reporting %s failed", what)
+
+    def _new_checkpoints(self, ended: set[str]) -> dict[str, float]:
+        """The workloads running here, or whose task here has just `ended`, whose last
+        checkpoint is newer than the one reported (see corral.agent.checkpoints), with its
+        time; forgets the workloads that left."""
+        with self._lock:
+            workloads = {t.launch.workload for t in self._tasks.values() if t.process is not None}
+        now = time.time()
+        found: dict[str, float] = {}
+        for workload in sorted(workloads | ended):
+            at = last_checkpoint(self.workloads_dir / workload, now)
+            if at is not None and at > self._checkpoints.get(workload, float("-inf")):
+                found[workload] = at
+        self._checkpoints = {
+            name: at for name, at in (self._checkpoints | found).items() if name in workloads
+        }
+        return found
 
     def _send_samples(self) -> None:
         assert self.sampler is not None and self.reports is not None

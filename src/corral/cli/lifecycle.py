@@ -71,7 +71,8 @@ def submitted_text(workload: WorkloadOut) -> str:
 
 
 def describe_rows(workload: WorkloadOut) -> list[tuple[str, str]]:
-    """`corral describe`'s lines about the workload's array, dependencies and end."""
+    """`corral describe`'s lines about the workload's array, dependencies, end, last
+    checkpoint and the work its latest preemption lost."""
     rows = []
     array = workload.get("array")
     if array:
@@ -84,7 +85,17 @@ def describe_rows(workload: WorkloadOut) -> list[tuple[str, str]]:
         rows.append(("exit code", str(workload["exit_code"])))
     if workload.get("cancelled_by"):
         rows.append(("cancelled by", str(workload["cancelled_by"])))
+    checkpoint = workload.get("checkpoint_at")
+    if checkpoint is not None:
+        rows.append(("last checkpoint", _when(checkpoint)))
+    lost = workload.get("lost_work")
+    if lost:
+        rows.append(("preempted", f"{_when(lost['at'])}, {lost['summary']}"))
     return rows
+
+
+def _when(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
 
 
 # -- cancel, update ------------------------------------------------------------------------

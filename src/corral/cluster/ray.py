@@ -451,3 +451,7 @@ class RayCluster:
             reports.heartbeat(agent.name)
         if answer["samples"]:
             reports.samples(agent.name, answer["samples"])
+        # An agent of before checkpoint reports sends no such key.
+        checkpoints = answer.get("checkpoints")
+        if isinstance(checkpoints, dict) and checkpoints:
+            reports.checkpoints(agent.name, checkpoints)

@@ -52,6 +52,8 @@ class _Buffer:
         self.attempts: dict[tuple[str, int], int] = {}
         self.items: list[tuple[Any, ...]] = []
         self.latest: list[Sample] = []
+        # The newest checkpoint time of each workload, until drained.
+        self.checkpoint_times: dict[str, float] = {}
 
     def task_started(self, node: str, workload: str, task: int, pid: int, proc_start: int) -> None:
         with self.lock:
@@ -86,6 +88,10 @@ class _Buffer:
     def samples(self, node: str, samples: list[Sample]) -> None:
         with self.lock:
             self.latest = samples
+
+    def checkpoints(self, node: str, times: Mapping[str, float]) -> None:
+        with self.lock:
+            self.checkpoint_times.update(times)
 
 
 class _FencedAgent(Agent):
@@ -219,9 +225,9 @@ class NodeAgent:
 
     def drain(self, wait: float = 0.0) -> dict[str, Any]:
         """Everything since the last call: reports, what runs, new log output, the latest
-        telemetry. With `wait`, the answer waits up to that many seconds for a report
-        (the agent's own loop notices a task's start or end within its poll interval).
-        Being called renews the lease."""
+        telemetry and checkpoint times. With `wait`, the answer waits up to that many
+        seconds for a report (the agent's own loop notices a task's start or end within
+        its poll interval). Being called renews the lease."""
         self._renew()
         self.agent.tick()
         with self.buffer.added:
@@ -229,6 +235,7 @@ class NodeAgent:
                 self.buffer.added.wait(wait)
             items, self.buffer.items = self.buffer.items, []
             samples, self.buffer.latest = self.buffer.latest, []
+            checkpoints, self.buffer.checkpoint_times = self.buffer.checkpoint_times, {}
         with self._lock:
             for item in items:
                 if item[0] == "ended":
@@ -240,6 +247,8 @@ class NodeAgent:
             "strays": sorted(self.agent.strays()),
             "logs": logs,
             "samples": samples,
+            # Newer than the server knows: an older server ignores the key.
+            "checkpoints": checkpoints,
         }
 
     def _ship_logs(self) -> list[tuple[str, int, bytes]]:

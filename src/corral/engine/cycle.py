@@ -56,13 +56,21 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
             workloads.append(workload)
             continue
         placements = [p for p in workload.placements if p.task not in gone]
-        running_for = workload.running_for
+        running_for, since_checkpoint = workload.running_for, workload.since_checkpoint
         if started and len(placements) == 0:
-            # Started (again) now: young for min-runtime.
+            # Started (again) now: young for min-runtime, with no work to lose yet.
             running_for = 0.0
+            since_checkpoint = None if since_checkpoint is None else 0.0
         placements.extend(started)
         placements.sort(key=lambda p: p.task)
-        workloads.append(replace(workload, placements=tuple(placements), running_for=running_for))
+        workloads.append(
+            replace(
+                workload,
+                placements=tuple(placements),
+                running_for=running_for,
+                since_checkpoint=since_checkpoint,
+            )
+        )
     return Snapshot(snapshot.nodes, snapshot.queues, tuple(workloads), snapshot.hidden)
 
 

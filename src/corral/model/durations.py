@@ -45,3 +45,35 @@ def format_duration(seconds: float) -> str:
             count, total = divmod(total, size)
             parts.append(f"{count}{unit}")
     return "".join(parts)
+
+
+def format_span(seconds: float) -> str:
+    """A time span for a sentence: "40 s", "6 min", "2.5 h" (0 below nothing)."""
+    seconds = max(seconds, 0.0)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def format_gpu_time(gpu_seconds: float) -> str:
+    """GPU time for a sentence: "40 GPU-s", "12 GPU-min", "3.5 GPU-h"."""
+    return format_span(gpu_seconds).replace(" ", " GPU-")
+
+
+def lost_work_phrase(gpu_seconds: float, span: float, from_checkpoint: bool) -> str:
+    """What a preemption threw away, in words: `gpu_seconds` of work done in the `span`
+    seconds before it, since the last checkpoint (`from_checkpoint`) or since the run
+    started. "lost 12 GPU-min of work: last checkpoint 6 min before preemption"; a
+    negative `span` is a checkpoint taken in the grace period, which lost nothing."""
+    if span < 0:
+        # The checkpoint came after the preemption, in its grace period.
+        return "lost no work: it checkpointed when asked to stop"
+    before = format_span(span)
+    where = (
+        f"last checkpoint {before} before preemption"
+        if from_checkpoint
+        else f"no checkpoint known; its run started {before} before preemption"
+    )
+    return f"lost {format_gpu_time(gpu_seconds)} of work: {where}"

@@ -13,6 +13,7 @@ from corral.sdk.client import (
     ServerUnreachable,
 )
 from corral.sdk.gpu import gpu_fraction, limit_gpu_memory
+from corral.sdk.preemption import checkpointed
 from corral.sdk.telemetry import report_utilization
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "CorralError",
     "FieldProblem",
     "ServerUnreachable",
+    "checkpointed",
     "gpu_fraction",
     "limit_gpu_memory",
     "preemption",

@@ -16,6 +16,11 @@ checkpoint at start loses no more than the work since that checkpoint:
             break            # exit 0 within the grace period; corral requeues the workload
 
 The checkpoint directory is `CORRAL_CHECKPOINT_DIR`, the same on every run of a workload.
+
+corral prefers, among equal victims of preemption, those that lose the least work since
+their last checkpoint, and `corral describe` says how much a preempted workload lost. Code
+that writes its own checkpoints says when it did with `checkpointed()` (`save` does it);
+without it, corral takes the newest file in the checkpoint directory as the last one.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from typing import Any
 
 _requested = threading.Event()
 CHECKPOINT_PREFIX = "checkpoint-"
+CHECKPOINT_DIR_ENV = "CORRAL_CHECKPOINT_DIR"
+# Touched by `checkpointed()`; its agent reads its time (corral.agent.checkpoints.MARKER).
+CHECKPOINT_MARKER = ".corral-checkpointed"
 
 
 def install() -> None:
@@ -49,7 +57,7 @@ def requested() -> bool:
 
 def checkpoint_dir() -> Path:
     """Where to keep checkpoints: CORRAL_CHECKPOINT_DIR, or ./checkpoints outside corral."""
-    path = Path(os.environ.get("CORRAL_CHECKPOINT_DIR", "checkpoints"))
+    path = Path(os.environ.get(CHECKPOINT_DIR_ENV, "checkpoints"))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -89,7 +97,30 @@ def save(state: Any, directory: Path | None = None, keep: int = 3) -> Path:
     os.replace(handle.name, target)
     for old in checkpoints(folder)[:-keep]:
         old.unlink(missing_ok=True)
+    checkpointed(folder)
     return target
+
+
+def checkpointed(directory: Path | None = None) -> bool:
+    """Tell corral a checkpoint was taken just now (call it once the checkpoint is
+    complete), so that preemption prefers other victims and counts only the work since.
+
+    It touches a marker in the checkpoint directory (`directory`, else
+    CORRAL_CHECKPOINT_DIR), whose time the agent reads. Returns False, and does nothing,
+    outside a corral task when no directory is given."""
+    if directory is None:
+        if not os.environ.get(CHECKPOINT_DIR_ENV):
+            return False
+        directory = checkpoint_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / CHECKPOINT_MARKER
+    # Not through a symlink someone left in its place: the marker is a plain file.
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.utime(fd)
+    finally:
+        os.close(fd)
+    return True
 
 
 def load_latest(directory: Path | None = None) -> Any | None:

@@ -161,6 +161,20 @@ class LogOut(TypedDict):
     tasks: list[int]
 
 
+class LostWorkOut(TypedDict):
+    # when the workload was preempted
+    at: float
+    # GPU-seconds of work done since `since`, lost
+    gpu_seconds: float
+    # its last checkpoint, or the start of the run preempted; after `at` when it checkpointed in its
+    # grace period (then nothing was lost)
+    since: float
+    # whether `since` is a checkpoint
+    from_checkpoint: bool
+    # in words: "lost 12 GPU-min of work: last checkpoint ..."
+    summary: str
+
+
 class MembershipOut(TypedDict):
     project: str
     role: str
@@ -403,6 +417,10 @@ class WorkloadOut(TypedDict):
     kill_on_invalid_dep: bool
     # its declared ports
     ports: list[PortOut]
+    # the newest checkpoint its agents reported; null: none known
+    checkpoint_at: float | None
+    # what its latest preemption threw away; null: never preempted
+    lost_work: LostWorkOut | None
 
 
 class WorkloadPoint(TypedDict):

@@ -11,6 +11,7 @@ that run but are no longer bound are stopped.
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import threading
 import time
@@ -26,7 +27,7 @@ from corral.server.accounts import unix_users
 from corral.server.reports import ReportWriter
 from corral.store import NotFound, Store
 from corral.store.records import BoundWork, NodeState, Release
-from corral.store.reports import Beat, Ended, Outcome, Started
+from corral.store.reports import Beat, Checkpointed, Ended, Outcome, Started
 from corral.store.telemetry import record_samples
 
 log = logging.getLogger("corral.dispatch")
@@ -254,6 +255,12 @@ class Dispatcher:
     def heartbeat(self, node: str) -> None:
         self.reports.put(Beat(node))
 
+    def checkpoints(self, node: str, times: Mapping[str, float]) -> None:
+        # What the transport carried is checked here: a name and a finite time each.
+        for workload, at in times.items():
+            if isinstance(workload, str) and _is_time(at):
+                self.reports.put(Checkpointed(node, workload, float(at)))
+
     def _reported(self, outcome: Outcome) -> None:
         """After a batch of reports is written: stop what runs unbound and the rest of
         failed gangs, and wake the scheduler for the work that ended."""
@@ -396,3 +403,7 @@ class Dispatcher:
                     job()
                 except Exception:
                     log.exception("upkeep failed")
+
+
+def _is_time(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -6,11 +6,13 @@ from collections.abc import Collection
 from typing import Any
 
 from corral.model import Decisions
+from corral.model.durations import lost_work_phrase
 from corral.server.rules import rules_out
 from corral.server.schemas import (
     Amounts,
     ArrayOut,
     DeviceOut,
+    LostWorkOut,
     NodeOut,
     PlacementOut,
     PortOut,
@@ -22,6 +24,7 @@ from corral.server.schemas import (
     WorkloadOut,
 )
 from corral.store import NodeRecord, QueueRecord, WorkloadRecord
+from corral.store.records import LostWork
 from corral.store.rules import RuleSet
 
 
@@ -96,6 +99,21 @@ def workload_out(record: WorkloadRecord) -> WorkloadOut:
         ),
         after=[str(dependency) for dependency in spec.after],
         kill_on_invalid_dep=spec.kill_on_invalid_dep,
+        checkpoint_at=record.checkpoint_at,
+        lost_work=lost_work_out(record.lost_work),
+    )
+
+
+def lost_work_out(lost: LostWork | None) -> LostWorkOut | None:
+    """What a preemption lost, with the sentence `corral describe` shows."""
+    if lost is None:
+        return None
+    return LostWorkOut(
+        at=lost.at,
+        gpu_seconds=lost.gpu_seconds,
+        since=lost.since,
+        from_checkpoint=lost.from_checkpoint,
+        summary=lost_work_phrase(lost.gpu_seconds, lost.at - lost.since, lost.from_checkpoint),
     )
 
 

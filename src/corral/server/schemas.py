@@ -557,6 +557,17 @@ class WorkspaceOut(BaseModel):
     )
 
 
+class LostWorkOut(BaseModel):
+    at: float = Field(description="when the workload was preempted")
+    gpu_seconds: float = Field(description="GPU-seconds of work done since `since`, lost")
+    since: float = Field(
+        description="its last checkpoint, or the start of the run preempted; after `at` when "
+        "it checkpointed in its grace period (then nothing was lost)"
+    )
+    from_checkpoint: bool = Field(description="whether `since` is a checkpoint")
+    summary: str = Field(description='in words: "lost 12 GPU-min of work: last checkpoint ..."')
+
+
 class WorkloadOut(BaseModel):
     name: str
     project: str
@@ -592,6 +603,12 @@ class WorkloadOut(BaseModel):
     after: list[str] = Field(default_factory=list, description='"NAME:ok" or "NAME:any"')
     kill_on_invalid_dep: bool = False
     ports: list[PortOut] = Field(default_factory=list, description="its declared ports")
+    checkpoint_at: float | None = Field(
+        None, description="the newest checkpoint its agents reported; null: none known"
+    )
+    lost_work: LostWorkOut | None = Field(
+        None, description="what its latest preemption threw away; null: never preempted"
+    )
 
 
 class EventOut(BaseModel):

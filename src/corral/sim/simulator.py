@@ -12,6 +12,12 @@ A job runs its `duration` of work. Evicted, it goes back to pending, keeps the p
 of its last checkpoint (one every `checkpoint_interval` seconds of progress) and pays
 `restart_cost` seconds when it starts again. A consolidation (a move) is an eviction
 and a start in the same cycle.
+
+Queues with a min-runtime (`preempt_min_runtime`, `reclaim_min_runtime`, own or
+inherited) protect young work: each cycle then tells the engine how long every running
+job has run since it last started (`running_for`), and a cycle that changed nothing asks
+for another when the first protected job comes of age, since that alone may let a
+reclaim through.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from corral.model import Decisions, Placement, Snapshot, TaskGroup, Workload
+from corral.model import Decisions, Placement, Queue, Snapshot, TaskGroup, Workload
 from corral.sim.errors import SimError
 from corral.sim.metrics import (
     BUSY,
@@ -62,7 +68,9 @@ class SimSettings:
     that skipping quiet cycles and hiding pending work (`CycleGate`) changes nothing.
     `checkpoint_aware` tells the engine each running job's time since its last checkpoint,
     so that it takes the victims that lose the least work (otherwise it sees none, and
-    takes the newest)."""
+    takes the newest). `running_for` tells it how long each running job has run since it
+    last started, as the live scheduler does (always so when a queue has a min-runtime);
+    without checkpoints, the victims that lose the least are then those that ran least."""
 
     cycle_interval: float = 10.0
     checkpoint_interval: float = 1800.0
@@ -71,6 +79,7 @@ class SimSettings:
     horizon: float | None = None
     shortcuts: bool = True
     checkpoint_aware: bool = False
+    running_for: bool = False
 
 
 # Task groups and node selector: what the engine weighs of a pending workload it does
@@ -193,6 +202,10 @@ class Simulation:
         self.hidden = 0
         self.rechecks = 0
         self.evictions: Counter[str] = Counter()
+        # Seconds a job of each queue is protected after it starts (0: not at all).
+        self.protection = _protection(setup.queues)
+        self.protects = any(seconds > 0 for seconds in self.protection.values())
+        self.tells_running_for = settings.running_for or self.protects
 
     def _workload(self, job: Job) -> Workload:
         pool = self.setup.pool
@@ -234,7 +247,7 @@ class Simulation:
                 arrivals += 1
                 due = min(due, _grid(now, interval))
             else:
-                due = interval + now if self._cycle(now) else math.inf
+                due = interval + now if self._cycle(now) else self._coming_of_age(now)
             if progress is not None and now >= next_report:
                 progress(now)
                 next_report = now + report_every
@@ -285,6 +298,8 @@ class Simulation:
         self.cycles += 1
         if self.settings.checkpoint_aware:
             self._tell_checkpoints(now)
+        if self.tells_running_for:
+            self._tell_running_for(now)
         decisions = self._schedule_selected() if shortcuts else self._schedule_all()
         self._apply(decisions, now)
         self.gate.cycle_done(decisions.changed)
@@ -302,6 +317,31 @@ class Simulation:
             if workload.since_checkpoint != unsaved:
                 state.workload = replace(workload, since_checkpoint=unsaved)
                 self.running[name] = state.workload
+
+    def _tell_running_for(self, now: float) -> None:
+        """Give each running workload the seconds since it last started, which the engine
+        weighs against its queue's min-runtime (the live scheduler reads it from the
+        store's placements)."""
+        for name, workload in self.running.items():
+            state = self.by_name[name]
+            ran = max(now - state.run_start, 0.0)
+            if workload.running_for != ran:
+                state.workload = replace(workload, running_for=ran)
+                self.running[name] = state.workload
+
+    def _coming_of_age(self, now: float) -> float:
+        """After a cycle that changed nothing: when the first running job that its queue's
+        min-runtime protects stops being protected (a reclaim may then go through), on
+        the cycle grid; never when nothing waits or nothing is protected."""
+        if not self.protects or not self.waiting:
+            return math.inf
+        first = math.inf
+        for name in self.running:
+            state = self.by_name[name]
+            until = state.run_start + self.protection.get(state.queue, 0.0)
+            if now < until < first:
+                first = until
+        return first if first == math.inf else _grid(first, self.settings.cycle_interval)
 
     def _schedule_selected(self) -> Decisions:
         """A cycle over the pending work the gate says matters (all of it if in doubt)."""
@@ -467,6 +507,27 @@ class Simulation:
             by_project=by_project,
             series=Series(times, means[:, HELD], means[:, BUSY], means[:, PENDING]),
         )
+
+
+def _protection(queues: tuple[Queue, ...]) -> dict[str, float]:
+    """Per queue, the longer of its min-runtimes (own, else its nearest ancestor's)."""
+    by_name = {queue.name: queue for queue in queues}
+
+    def inherited(queue: Queue, field: str) -> float:
+        at: Queue | None = queue
+        while at is not None:
+            value: float | None = getattr(at, field)
+            if value is not None:
+                return value
+            at = by_name.get(at.parent) if at.parent else None
+        return 0.0
+
+    return {
+        queue.name: max(
+            inherited(queue, "preempt_min_runtime"), inherited(queue, "reclaim_min_runtime")
+        )
+        for queue in queues
+    }
 
 
 def _grid(now: float, interval: float) -> float:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from corral.model import Node, Placement, Queue, Resources, TaskGroup, Topology
 from corral.model.arrays import ArrayMember, Dependency
 from corral.model.spec import Device, PortSpec, WorkloadSpec
-from corral.store.records import NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
+from corral.store.records import LostWork, NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
 
 # -- queues ---------------------------------------------------------------------------------
@@ -250,4 +250,15 @@ def workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
         ),
         exit_code=row.exit_code,
         cancelled_by=row.cancelled_by,
+        checkpoint_at=row.checkpoint_at,
+        lost_work=lost_work_of(row),
+    )
+
+
+def lost_work_of(row: WorkloadRow) -> LostWork | None:
+    """What the row's latest preemption lost, when it was recorded."""
+    if row.preempted_at is None or row.lost_gpu_seconds is None or row.lost_since is None:
+        return None
+    return LostWork(
+        row.preempted_at, row.lost_gpu_seconds, row.lost_since, bool(row.lost_since_checkpoint)
     )

@@ -435,7 +435,7 @@ class Store(Database):
     def write_reports(self, batch: Sequence[reports.Report]) -> reports.Outcome:
         """Take in agents' reports, in order, in one transaction: each as `task_started`,
         `task_ended` (only when the task is bound to the reporting node, or not bound at
-        all) and `heartbeat` would."""
+        all) and `heartbeat` would, and checkpoint times (`reports.checkpointed`)."""
         with self.writing():
             with self.write(relevant=False) as session:
                 outcome = reports.write_reports(session, batch)

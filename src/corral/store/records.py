@@ -48,6 +48,19 @@ class NodeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class LostWork:
+    """What a workload's latest preemption threw away: `gpu_seconds` of work done since
+    `since`, which was its last checkpoint (`from_checkpoint`) or else the start of the
+    run that was preempted at `at`. A checkpoint taken in the grace period makes `since`
+    later than `at`, and `gpu_seconds` 0."""
+
+    at: float
+    gpu_seconds: float
+    since: float
+    from_checkpoint: bool
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadRecord:
     id: int
     spec: WorkloadSpec
@@ -64,6 +77,10 @@ class WorkloadRecord:
     cancelled_by: str | None = None
     # When it last went back to pending; None: since its submission (see `waiting_since`).
     pending_since: float | None = None
+    # The newest checkpoint its agents reported (None: none known), and what its latest
+    # preemption lost (None: never preempted, or before corral kept count).
+    checkpoint_at: float | None = None
+    lost_work: LostWork | None = None
 
     @property
     def name(self) -> str:

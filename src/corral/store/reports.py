@@ -1,8 +1,10 @@
-"""What agents report (tasks started and ended, heartbeats), written many in one
-transaction: at 1,000 nodes a transaction (an fsync) per report was the bottleneck."""
+"""What agents report (tasks started and ended, checkpoints, heartbeats), written many in
+one transaction: at 1,000 nodes a transaction (an fsync) per report was the bottleneck."""
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -10,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from corral.store.nodes import heartbeats
 from corral.store.records import Release
+from corral.store.schema import WorkloadRow
 from corral.store.tasks import bound_rows, placement_in, task_ended, task_started
 
 
@@ -44,7 +47,19 @@ class Beat:
     node: str
 
 
-Report = Started | Ended | Beat
+@dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """The newest checkpoint of the workload's tasks on `node` was taken at `at` (Unix
+    time), as the node's agent found it."""
+
+    node: str
+    workload: str
+    at: float
+
+
+Report = Started | Ended | Checkpointed | Beat
+# A task stopped after its grace period may still be finishing a checkpoint it began then.
+GRACE_SLACK = 5.0
 
 
 @dataclass(slots=True)
@@ -65,6 +80,7 @@ def write_reports(session: Session, reports: Sequence[Report]) -> Outcome:
     """Take in `reports`, in order, in the caller's transaction."""
     outcome = Outcome()
     beats: set[str] = set()
+    now = time.time()
     # Every workload reported on, read once; the reports change these same objects, so
     # each sees what the ones before it changed.
     rows = bound_rows(session, {r.workload for r in reports if not isinstance(r, Beat)})
@@ -94,6 +110,8 @@ def write_reports(session: Session, reports: Sequence[Report]) -> Outcome:
                 )
             )
             outcome.ended.add(report.workload)
+        elif isinstance(report, Checkpointed):
+            checkpointed(rows.get(report.workload), report, now)
         else:
             beats.add(report.node)
     # All at once (a thousand nodes beat every few seconds): a beat changes only its
@@ -101,3 +119,33 @@ def write_reports(session: Session, reports: Sequence[Report]) -> Outcome:
     if beats:
         outcome.revived = heartbeats(session, beats)
     return outcome
+
+
+def checkpointed(row: WorkloadRow | None, report: Checkpointed, now: float) -> None:
+    """Keep the newest checkpoint time of a workload that runs on the reporting node. The
+    time comes from files the task writes, so it is never taken as later than now; only an
+    agent that runs the workload speaks for it, and a checkpoint never goes back in time.
+    Nothing the scheduler must act on at once: no generation moves (the next full read of
+    the store sees it).
+
+    A checkpoint taken in the grace period of the workload's latest preemption (as
+    `corral.sdk.preemption` does on SIGTERM; its agent looks once more when the task ends)
+    saved the work that preemption was recorded to lose: the record then says nothing was
+    lost."""
+    if row is None or not math.isfinite(report.at):
+        return
+    at = min(report.at, now)
+    if row.checkpoint_at is not None and at <= row.checkpoint_at:
+        return
+    if row.status == "running":
+        if any(placement.node.name == report.node for placement in row.placements):
+            row.checkpoint_at = at
+        return
+    preempted = row.preempted_at
+    if row.status != "pending" or preempted is None or row.lost_since is None:
+        return
+    if preempted <= at <= preempted + row.grace_period + GRACE_SLACK:
+        row.checkpoint_at = at
+        row.lost_gpu_seconds = 0.0
+        row.lost_since = at
+        row.lost_since_checkpoint = True

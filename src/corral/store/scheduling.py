@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -10,6 +11,7 @@ from sqlalchemy import Row, and_, bindparam, case, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Decisions, Node, Placement, Snapshot, Topology, Workload
+from corral.model.durations import lost_work_phrase
 from corral.store.convert import queue_from_row
 from corral.store.events import add_event, add_events, event_values
 from corral.store.records import ACTIVE, Release
@@ -125,6 +127,7 @@ def active_workloads(
             WorkloadRow.node_selector,
             WorkloadRow.topology_key,
             WorkloadRow.topology_required,
+            WorkloadRow.checkpoint_at,
         )
         .where(active, WorkloadRow.id > after)
         .order_by(WorkloadRow.id)
@@ -154,10 +157,21 @@ def active_workloads(
             idle=w.name in idle,
             # For min-runtime: since its running tasks were bound (a restart starts anew).
             running_for=max(now - started[w.id], 0.0) if w.id in started else None,
+            since_checkpoint=_since_checkpoint(now, started.get(w.id), w.checkpoint_at),
         )
         for w in rows
     )
     return workloads, newest
+
+
+def _since_checkpoint(now: float, started: float | None, checkpoint: float | None) -> float | None:
+    """Seconds of work a running workload would lose if evicted now: since its last
+    checkpoint, or since its run started when that was later (the work before it was
+    lost or kept already) or no checkpoint is known; None when it does not run."""
+    if started is None:
+        return None
+    since = started if checkpoint is None else max(started, checkpoint)
+    return max(now - since, 0.0)
 
 
 def _within_array_limits(session: Session, rows: Sequence[Row[Any]]) -> list[Row[Any]]:
@@ -317,17 +331,55 @@ def _apply_evictions(session: Session, decisions: Decisions) -> list[Release]:
         ).all()
     }
     released = []
+    now = time.time()
+    # Per workload, the GPU-seconds of work its evicted tasks had done since the last
+    # checkpoint (or their start), and since when: recorded when it stops running.
+    lost: dict[str, tuple[float, float]] = {}
     for eviction in decisions.evictions:
         row = rows[eviction.workload]
         gone = set(eviction.tasks)
         why = f"preempted: {eviction.action} for {eviction.by}: {eviction.reason}"
         released.extend(releases(row, gone, why))
+        work, since = lost.get(row.name, (0.0, math.inf))
+        for placement in row.placements:
+            if placement.task in gone:
+                begun = _unsaved_since(placement.created_at, row.checkpoint_at)
+                work += placement.gpu * max(now - begun, 0.0)
+                since = min(since, begun)
+        lost[row.name] = (work, since)
         row.placements[:] = [p for p in row.placements if p.task not in gone]
+        detail = why
         if not row.placements:
             row.status = "pending"
-            row.pending_since = time.time()
+            row.pending_since = now
             row.reason = why
-        add_event(session, "preempted", eviction.action, why, workload=eviction.workload)
+            # An elastic workload that only shrank keeps its work; one that stops loses
+            # what it did since its last checkpoint.
+            _record_lost(row, now, *lost[row.name])
+            detail = f"{why}; {lost_phrase(row)}"
+        add_event(session, "preempted", eviction.action, detail, workload=eviction.workload)
     # Written before the bindings, which may give the same workload new placements.
     session.flush()
     return released
+
+
+def _unsaved_since(bound: float, checkpoint: float | None) -> float:
+    """From when a task's work is not saved: its last checkpoint, unless it was bound later."""
+    return bound if checkpoint is None else max(bound, checkpoint)
+
+
+def _record_lost(row: WorkloadRow, now: float, gpu_seconds: float, since: float) -> None:
+    row.preempted_at = now
+    row.lost_gpu_seconds = gpu_seconds
+    row.lost_since = since if math.isfinite(since) else now
+    row.lost_since_checkpoint = row.checkpoint_at is not None and row.checkpoint_at >= since
+
+
+def lost_phrase(row: WorkloadRow) -> str:
+    """What the row's latest preemption lost, in the words `corral describe` uses."""
+    assert row.preempted_at is not None and row.lost_since is not None
+    return lost_work_phrase(
+        row.lost_gpu_seconds or 0.0,
+        row.preempted_at - row.lost_since,
+        bool(row.lost_since_checkpoint),
+    )

@@ -161,6 +161,14 @@ class WorkloadRow(Base):
     # When it last went back to pending (requeued, retried, resumed); NULL: it has been
     # pending since it was submitted, if it is pending.
     pending_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Checkpoints (0011_ckpt): the newest checkpoint its agents reported (NULL: none), and
+    # what its latest preemption threw away: when, how many GPU-seconds of work, counted
+    # from when (`lost_since`), and whether that was a checkpoint or the start of its run.
+    checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    preempted_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lost_gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lost_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lost_since_checkpoint: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
     queue: Mapped[QueueRow] = relationship()
     task_groups: Mapped[list[TaskGroupRow]] = relationship(

@@ -53,8 +53,8 @@ from typing import TypeVar
 from sortedcontainers import SortedList
 
 from corral.engine import divide_tree
-from corral.engine.fairshare import decayed_weights
 from corral.engine.actions import Allocate, Preempt, Reclaim
+from corral.engine.fairshare import decayed_weights
 from corral.engine.quota import (
     above_deserved_at_share,
     could_stay_within_deserved,

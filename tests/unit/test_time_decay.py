@@ -166,3 +166,20 @@ def test_running_work_is_kept_apart_from_usage() -> None:
     snapshot = replace(snapshot, workloads=(running, *snapshot.workloads[1:]))
     after = apply_decisions(snapshot, schedule(snapshot))
     assert after.usage == {"a": 0.5}
+
+
+def test_wide_queues_and_the_dashboard_show_the_moved_weight() -> None:
+    from corral.cli.project import wide_queue_cells
+    from corral.server.dashboard.views import weight_text
+
+    queue: dict[str, object] = {
+        "over_quota_weight": {"gpu": 2.0, "cpu": 1.0, "memory": 1.0},
+        "effective_weight": 0.6,
+        "priority": 100,
+        "allocated": None,
+    }
+    assert wide_queue_cells(queue)[0] == "2 → 0.6"  # type: ignore[arg-type]
+    assert weight_text(queue) == "2 → 0.6"
+    queue["effective_weight"] = None
+    assert wide_queue_cells(queue)[0] == "2"  # type: ignore[arg-type]
+    assert weight_text(queue) == "2"

@@ -103,7 +103,7 @@ class Store(Database):
         self, name: str, changes: dict[str, Any], rules: Mapping[str, Any] | None = None
     ) -> QueueRecord:
         """Change some of a queue's fields: parent, deserved, limit, over_quota_weight,
-        priority; and replace its rules when `rules` is given ({} removes them). One
+        priority, min-runtimes, time-decayed fair share settings; and replace its rules when `rules` is given ({} removes them). One
         transaction: nothing changes when any part is refused."""
         with self._accounts() as session:
             record = queues.update_queue(session, name, changes)

@@ -99,6 +99,10 @@ def test_why_says_how_usage_moved_the_weight(admin: Cli, api: httpx.Client) -> N
     listed = {q["name"]: q for q in api.get("/queues").json()}
     assert listed["tdw-a"]["weight_reason"] is not None
     assert listed["tdw-a"]["fair_share_half_life"] is None  # inherited, not its own
+    # Off again and the work gone, so that the tests after this one share nothing of it.
+    assert api.patch("/queues/tdw", json={"fair_share_half_life": None}).status_code == 200
+    admin.ok("cancel", "tdw-big")
+    admin.ok("cancel", "tdw-wants")
 
 
 @sqlite_only

@@ -104,6 +104,24 @@ def test_json_prints_only_the_documented_document(write: Writer) -> None:
     assert queue["allocated"] == 1
 
 
+def test_time_decayed_weights_are_shown_where_the_policy_is_on(write: Writer) -> None:
+    on = CLUSTER.replace(
+        "queues: [{name: q, deserved: 1}]",
+        "queues: [{name: q, deserved: 1, fair_share_half_life: 1h, usage: 0.5},"
+        " {name: r, deserved: 0}]",
+    )
+    done = corral("plan", write(on), "--json")
+    assert done.returncode == 0, done.stderr
+    queues = json.loads(done.stdout)["queues"]
+    # q alone used GPU-time among its siblings: 1 + (1 - 2 * 1) = 0. r has the policy off.
+    assert queues["q"]["weight"] == 0
+    assert "weight" not in queues["r"]
+    done = corral("plan", write(on))
+    header = next(line for line in done.stdout.splitlines() if "fair share" in line)
+    assert "weight" in header
+    assert "weight" not in corral("plan", write(CLUSTER)).stdout
+
+
 def test_json_with_a_failed_expectation_keeps_stdout_pure(write: Writer) -> None:
     path = write(CLUSTER + "expect:\n  running: {small: node0, big: node0}\n")
     done = corral("plan", "--json", path)

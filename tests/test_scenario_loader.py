@@ -373,6 +373,30 @@ RUNNING = {"queue": "team-a", "status": "running"}
 INVALID: list[tuple[str, Callable[[Document], None], str, str]] = [
     # (id, mutation, field path, part of the problem)
     (
+        "half-life-not-duration",
+        _set("queues.1.fair_share_half_life", "a day"),
+        "queues[1].fair_share_half_life",
+        "'a day' is not a duration",
+    ),
+    (
+        "fair-share-k-negative",
+        _set("queues.1.fair_share_k", -1),
+        "queues[1].fair_share_k",
+        "-1 is negative",
+    ),
+    (
+        "usage-above-one",
+        _set("queues.2.usage", 1.5),
+        "queues[2].usage",
+        "1.5 is above 1",
+    ),
+    (
+        "usage-not-number",
+        _set("queues.2.usage", "most"),
+        "queues[2].usage",
+        "must be a number",
+    ),
+    (
         "min-runtime-not-duration",
         _set("queues.1.reclaim_min_runtime", "soon"),
         "queues[1].reclaim_min_runtime",
@@ -841,3 +865,17 @@ def test_min_runtimes_and_running_for() -> None:
     w0, w1 = scenario.snapshot.workloads
     assert (w0.running_for, w1.running_for) == (None, 3600.0)
     assert (w0.since_checkpoint, w1.since_checkpoint) == (None, 1200.0)
+
+
+def test_time_decayed_fair_share_fields() -> None:
+    document = base()
+    document["queues"][0]["fair_share_half_life"] = "24h"
+    document["queues"][1]["fair_share_k"] = 2
+    document["queues"][1]["usage"] = 0.75
+    document["queues"][2]["usage"] = 0
+    scenario = parse(document)
+    dept, team_a, team_b = scenario.snapshot.queues
+    assert (dept.fair_share_half_life, dept.fair_share_k) == (86400.0, None)
+    assert (team_a.fair_share_half_life, team_a.fair_share_k) == (None, 2.0)
+    assert (team_b.fair_share_half_life, team_b.fair_share_k) == (None, None)
+    assert scenario.snapshot.usage == {team_a.name: 0.75, team_b.name: 0.0}

@@ -287,3 +287,32 @@ def _lines_of_row(output: str, first_cell: str) -> list[list[str]]:
             found.append(cells)
     assert found, f"no row {first_cell!r} in:\n{output}"
     return found
+
+
+def test_time_decayed_fair_share_set_shown_and_inherited_again(
+    admin: Cli, api: httpx.Client
+) -> None:
+    out = admin.ok("project", "create", "tds", "--fair-share-half-life", "24h")
+    assert out == (
+        "Created project tds: deserved 0 GPUs, limit none. Time-decayed fair share: half-life 1d.\n"
+    )
+    out = admin.ok("project", "set", "tds", "--fair-share-k", "2")
+    assert out == (
+        "Updated tds: deserved 0 GPUs, limit none, over-quota weight 1, priority 100. "
+        "Time-decayed fair share: half-life 1d, k 2.\n"
+    )
+    admin.ok("project", "set", "tds", "--fair-share-half-life", "inherit")
+    queue = api.get("/queues/tds").json()
+    assert (queue["fair_share_half_life"], queue["fair_share_k"]) == (None, 2)
+    before = api.get("/queues").json()
+    for args, message in [
+        (
+            ["--fair-share-half-life", "soon"],
+            "--fair-share-half-life: 'soon' is not a duration (for example 90, 30m, 4h, 7d)",
+        ),
+        (["--fair-share-k", "lots"], "--fair-share-k: 'lots' is not a usage factor"),
+        (["--fair-share-k", "-1"], "--fair-share-k: '-1' must be 0 or more"),
+    ]:
+        assert admin.fails("project", "create", "tds2", *args, code=2) == message
+        assert admin.fails("project", "set", "tds", *args, code=2) == message
+    assert api.get("/queues").json() == before

@@ -33,7 +33,16 @@ def test_why_explains_reclaim_and_who_holds_the_gpus(admin: Cli, api: httpx.Clie
     why = api.get("/workloads/why-wants/why").json()
     assert why["needs"] == 3
     assert why["queues"] == [
-        {"name": "why-b", "deserved": 2, "limit": None, "fair_share": 2, "allocated": 0}
+        {
+            "name": "why-b",
+            "deserved": 2,
+            "limit": None,
+            "fair_share": 2,
+            "allocated": 0,
+            # Time-decayed fair share is off.
+            "effective_weight": None,
+            "weight_reason": None,
+        }
     ]
     not_allowed = "why-b holds 0 of its fair share of 2 GPUs, and 3 more would exceed it"
     assert why["reclaim"] == f"not allowed: {not_allowed}"
@@ -58,6 +67,42 @@ def test_why_explains_reclaim_and_who_holds_the_gpus(admin: Cli, api: httpx.Clie
     assert done.stderr == (
         f"why-wants has not started: it is pending ({reason}); see corral why why-wants\n"
     )
+
+
+@sqlite_only
+def test_why_says_how_usage_moved_the_weight(admin: Cli, api: httpx.Client) -> None:
+    """With time-decayed fair share on, `corral why` gives each queue's effective
+    over-quota weight and the usage it comes from."""
+    make(api, "/queues", {"name": "tdw", "deserved": 0, "fair_share_half_life": "1h"})
+    make(api, "/queues", {"name": "tdw-a", "parent": "tdw", "deserved": 2})
+    make(api, "/queues", {"name": "tdw-b", "parent": "tdw", "deserved": 2, "fair_share_k": 2})
+    make(api, "/nodes", {"name": "tdw-node", "gpus": 4, "labels": {"pool": "tdw"}})
+    pool = ("--node-selector", "pool=tdw", "--export", "NONE")
+    admin.ok("submit", "tdw-big", "-p", "tdw-a", "-g", "4", *pool, "--", "sleep", "60")
+    wait_for(lambda: api.get("/workloads/tdw-big").json()["status"] == "running", "tdw-big")
+    admin.ok("submit", "tdw-wants", "-p", "tdw-b", "-g", "3", *pool, "--", "true")
+    _pending_with_reason(api, "tdw-wants")
+
+    def weighed() -> dict[str, object] | None:
+        queues = api.get("/workloads/tdw-wants/why").json()["queues"]
+        found: dict[str, object] = queues[0]
+        return found if found["effective_weight"] is not None else None
+
+    queue = wait_for(weighed, "tdw-b's effective weight")
+    assert queue["name"] == "tdw-b"
+    reason = str(queue["weight_reason"])
+    assert reason.startswith("weight 1"), reason
+    assert "of the cluster's GPU-time over a 1h half-life (k = 2)" in reason
+    out = admin.ok("why", "tdw-wants")
+    assert "Over-quota weight of tdw-b: weight 1" in out
+    assert "Over-quota weight of tdw: weight 1" in out
+    listed = {q["name"]: q for q in api.get("/queues").json()}
+    assert listed["tdw-a"]["weight_reason"] is not None
+    assert listed["tdw-a"]["fair_share_half_life"] is None  # inherited, not its own
+    # Off again and the work gone, so that the tests after this one share nothing of it.
+    assert api.patch("/queues/tdw", json={"fair_share_half_life": None}).status_code == 200
+    admin.ok("cancel", "tdw-big")
+    admin.ok("cancel", "tdw-wants")
 
 
 @sqlite_only

@@ -184,6 +184,34 @@ def test_overview_numbers_are_the_apis(browsing: Browsing, cluster: Corral) -> N
     assert browsing.errors == []
 
 
+def test_queue_view_says_why_a_weight_moved(browsing: Browsing, cluster: Corral) -> None:
+    """With time-decayed fair share on for the department, each queue's row and the list
+    under the table give its effective weight and the usage it comes from, as the API."""
+    response = cluster.http.patch("/queues/research", json={"fair_share_half_life": "1h"})
+    assert response.status_code == 200, response.text
+    try:
+        page = login(browsing, cluster.token)
+        page = browsing.open("/queues")
+
+        def reason(queue: str) -> Callable[[], str]:
+            def value() -> str:
+                found = cluster.get(f"/queues/{queue}")["weight_reason"]
+                return f"{queue}: {found}" if found else ""
+
+            return value
+
+        for queue in ("research", "vision", "nlp"):
+            shows(page, f"queue-{queue}-weight-reason", reason(queue))
+        text = page.get_by_test_id("queue-vision-weight-reason").inner_text()
+        assert "of the cluster's GPU-time over a 1h half-life" in text
+        title = page.get_by_test_id("queue-vision-weight").get_attribute("title") or ""
+        assert title.startswith("weight 1") and title.endswith("over a 1h half-life")
+        assert browsing.errors == []
+    finally:
+        response = cluster.http.patch("/queues/research", json={"fair_share_half_life": None})
+        assert response.status_code == 200, response.text
+
+
 def test_queue_numbers_are_the_apis(browsing: Browsing, cluster: Corral) -> None:
     page = login(browsing, cluster.token)
     page = browsing.open("/queues")
@@ -208,6 +236,12 @@ def test_queue_numbers_are_the_apis(browsing: Browsing, cluster: Corral) -> None
     assert page.get_by_test_id("queue-vision-limit").inner_text() == "3"
     assert page.get_by_test_id("queue-nlp-limit").inner_text() == "∞"
     assert page.get_by_test_id("queue-vision-allocated").inner_text() == "1"
+    # Time-decayed fair share is off (again, after the test above): the weight as set, and
+    # no reasons, once a cycle has run since.
+    weight = page.get_by_test_id("queue-vision-weight")
+    wait_until(lambda: weight.inner_text() == "1", 20, "vision's weight as set")
+    reasons = page.locator("#weight-reasons li")
+    wait_until(lambda: reasons.count() == 0, 20, "no weight reasons")
     # The tree: the department first, its projects under it.
     order = page.locator("#queue-rows tr").evaluate_all("rows => rows.map(r => r.dataset.queue)")
     assert order == ["research", "nlp", "vision"]

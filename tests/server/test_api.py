@@ -28,6 +28,8 @@ _QUEUE_FIELDS = (
     "priority",
     "preempt_min_runtime",
     "reclaim_min_runtime",
+    "fair_share_half_life",
+    "fair_share_k",
 )
 
 
@@ -169,6 +171,12 @@ def _names(response: httpx.Response, *path: Any) -> bool:
         ({"preempt_min_runtime": -60}, ("preempt_min_runtime",)),
         ({"preempt_min_runtime": "20y"}, ("preempt_min_runtime",)),
         ({"preempt_min_runtime": True}, ("preempt_min_runtime",)),
+        ({"fair_share_half_life": "a day"}, ("fair_share_half_life",)),
+        ({"fair_share_half_life": 0}, ("fair_share_half_life",)),
+        ({"fair_share_k": -1}, ("fair_share_k",)),
+        ({"fair_share_k": 1000}, ("fair_share_k",)),
+        ({"fair_share_k": True}, ("fair_share_k",)),
+        ({"fair_share_k": "1"}, ("fair_share_k",)),
     ],
 )
 def test_queue_quotas_are_validated(api: Api, body: dict[str, Any], field: tuple[str]) -> None:
@@ -181,6 +189,24 @@ def test_queue_quotas_are_validated(api: Api, body: dict[str, Any], field: tuple
     response = api.admin.patch(f"/queues/{queue['name']}", content=json.dumps(body), headers=_JSON)
     assert _names(response, *field), response.text
     assert _config(api.admin.get(f"/queues/{queue['name']}").json()) == _config(queue)
+
+
+def test_queue_time_decay_is_set_changed_and_inherited_again(api: Api) -> None:
+    queue = api.queue(fair_share_half_life="24h", fair_share_k=2)
+    assert (queue["fair_share_half_life"], queue["fair_share_k"]) == (86400, 2)
+    path = f"/queues/{queue['name']}"
+    response = api.admin.patch(path, json={"fair_share_k": 0.5})
+    assert response.status_code == 200, response.text
+    assert (response.json()["fair_share_half_life"], response.json()["fair_share_k"]) == (
+        86400,
+        0.5,
+    )
+    response = api.admin.patch(path, json={"fair_share_half_life": None})
+    assert response.json()["fair_share_half_life"] is None
+    assert api.admin.get(path).json()["fair_share_k"] == 0.5
+    # Off: no effective weight, and nothing to explain.
+    listed = {q["name"]: q for q in api.admin.get("/queues").json()}
+    assert listed[queue["name"]]["weight_reason"] is None
 
 
 def test_queue_min_runtimes_are_set_changed_and_inherited_again(api: Api) -> None:

@@ -106,15 +106,21 @@ def _evictions_table(result: PlanResult) -> Table:
 def _queues_table(result: PlanResult) -> Table:
     table = Table(title="Queues (GPUs)", title_justify="left")
     table.add_column("queue")
-    for column in ("deserved", "fair share", "allocated"):
+    # The weight column appears only where time-decayed fair share is on somewhere.
+    weighted = any(queue.weight is not None for queue in result.queues.values())
+    columns = ("deserved", "fair share", "allocated", *(("weight",) if weighted else ()))
+    for column in columns:
         table.add_column(column, justify="right")
     for name, queue in result.queues.items():
-        table.add_row(
+        cells = [
             Text(name),
             Text(format_gpus(queue.deserved)),
             Text(format_gpus(queue.fair_share)),
             Text(format_gpus(queue.allocated)),
-        )
+        ]
+        if weighted:
+            cells.append(Text("-" if queue.weight is None else f"{queue.weight:.3g}"))
+        table.add_row(*cells)
     return table
 
 

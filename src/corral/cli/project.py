@@ -111,6 +111,25 @@ ReclaimMinRuntime = Annotated[
         "Its projects inherit it.",
     ),
 ]
+FairShareHalfLife = Annotated[
+    str | None,
+    _option(
+        "--fair-share-half-life",
+        "DURATION",
+        "Time-decayed fair share: GPU-time used lately lowers its share of idle GPUs, "
+        "usage halving in weight every DURATION, e.g. 24h (inherit: the parent's). "
+        "Its projects inherit it.",
+    ),
+]
+FairShareK = Annotated[
+    str | None,
+    _option(
+        "--fair-share-k",
+        "K",
+        "Time-decayed fair share: how strongly usage moves its weight (default 1; "
+        "inherit: the parent's).",
+    ),
+]
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 
 # A queue's rules as the API takes them: limits in seconds by workload class.
@@ -225,6 +244,8 @@ def create_command(
     max_runtime: MaxRuntime = None,
     preempt_min_runtime: PreemptMinRuntime = None,
     reclaim_min_runtime: ReclaimMinRuntime = None,
+    fair_share_half_life: FairShareHalfLife = None,
+    fair_share_k: FairShareK = None,
 ) -> None:
     """Create a project; with --parent, inside a department (which may be new)."""
     with reported_errors(ctx):
@@ -243,6 +264,7 @@ def create_command(
         if priority is not None:
             body["priority"] = priority
         body.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
+        body.update(_fair_share(fair_share_half_life, fair_share_k))
         if rules := _merged_rules(None, rule_changes):
             body["rules"] = rules
         with connect() as client:
@@ -251,7 +273,7 @@ def create_command(
     typer.echo(
         f"Created project {queue['name']}{where}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}."
-        f"{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
+        f"{_min_runtime_sentence(queue)}{_fair_share_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 
@@ -274,6 +296,8 @@ def set_command(
     max_runtime: MaxRuntime = None,
     preempt_min_runtime: PreemptMinRuntime = None,
     reclaim_min_runtime: ReclaimMinRuntime = None,
+    fair_share_half_life: FairShareHalfLife = None,
+    fair_share_k: FairShareK = None,
 ) -> None:
     """Change some of a project's settings; the others stay as they are."""
     with reported_errors(ctx):
@@ -291,6 +315,7 @@ def set_command(
         if priority is not None:
             changes["priority"] = priority
         changes.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
+        changes.update(_fair_share(fair_share_half_life, fair_share_k))
         with connect() as client:
             if deserved_quota.given or limit_quota.given or rule_changes:
                 # The API replaces a quota or the rules whole; merge so that --limit-cpu
@@ -309,7 +334,7 @@ def set_command(
         f"Updated {queue['name']}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}, "
         f"over-quota weight {_weight(queue)}, priority {queue['priority']}."
-        f"{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
+        f"{_min_runtime_sentence(queue)}{_fair_share_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 
@@ -389,8 +414,13 @@ def queues_command(
 def wide_queue_cells(queue: QueueOut) -> tuple[str, ...]:
     """The cells `corral queues -o wide` adds."""
     allocated = queue["allocated"]
+    weight = f"{queue['over_quota_weight']['gpu']:g}"
+    # Time-decayed fair share: the weight the latest cycle divided the surplus by.
+    effective = queue.get("effective_weight")
+    if effective is not None and abs(effective - queue["over_quota_weight"]["gpu"]) > 1e-9:
+        weight += f" → {effective:.2g}"
     return (
-        f"{queue['over_quota_weight']['gpu']:g}",
+        weight,
         str(queue["priority"]),
         "-" if allocated is None else format_gpus(allocated["cpu"] or 0),
         "-" if allocated is None else format_memory(int(allocated["memory"] or 0)),
@@ -468,6 +498,32 @@ def _min_runtimes(preempt: str | None, reclaim: str | None) -> dict[str, float |
             inherit = text.strip().lower() == "inherit"
             fields[field] = None if inherit else parse_duration_option(flag, text)
     return fields
+
+
+def _fair_share(half_life: str | None, k: str | None) -> dict[str, float | None]:
+    """The time-decayed fair share fields given; "inherit" is null (the parent's)."""
+    fields: dict[str, float | None] = {}
+    if half_life is not None:
+        inherit = half_life.strip().lower() == "inherit"
+        fields["fair_share_half_life"] = (
+            None if inherit else parse_duration_option("--fair-share-half-life", half_life)
+        )
+    if k is not None:
+        inherit = k.strip().lower() == "inherit"
+        fields["fair_share_k"] = (
+            None if inherit else parse_number("--fair-share-k", k, "a usage factor")
+        )
+    return fields
+
+
+def _fair_share_sentence(queue: QueueOut) -> str:
+    """ " Time-decayed fair share: half-life 1d, k 2." for what is set on the queue."""
+    parts = []
+    if (half_life := queue.get("fair_share_half_life")) is not None:
+        parts.append(f"half-life {format_duration(half_life)}")
+    if (k := queue.get("fair_share_k")) is not None:
+        parts.append(f"k {k:g}")
+    return f" Time-decayed fair share: {', '.join(parts)}." if parts else ""
 
 
 def _min_runtime_sentence(queue: QueueOut) -> str:

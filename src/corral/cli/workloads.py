@@ -221,6 +221,8 @@ def why_command(
         console.print("Nothing runs on the nodes it may use.")
     if why.get("queues"):
         console.print(why_queues_table(why))
+        for line in why_weight_lines(why):
+            console.print(line)
 
 
 def why_depth_lines(why: WhyOut) -> list[Text]:
@@ -231,6 +233,15 @@ def why_depth_lines(why: WhyOut) -> list[Text]:
     if why.get("preempt"):
         lines.append(Text(f"Preempt: {why['preempt']}."))
     return lines
+
+
+def why_weight_lines(why: WhyOut) -> list[Text]:
+    """Time-decayed fair share: each queue's effective over-quota weight and why."""
+    return [
+        Text(f"Over-quota weight of {queue['name']}: {reason}.")
+        for queue in why.get("queues", [])
+        if (reason := queue.get("weight_reason"))
+    ]
 
 
 def why_queues_table(why: WhyOut) -> Table:

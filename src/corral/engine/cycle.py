@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import operator
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from corral.engine.actions import Allocate, Consolidate, Preempt, Reclaim
 from corral.engine.errors import ConfigError, SnapshotError
 from corral.engine.eviction import VictimSearch
-from corral.engine.fairshare import divide_tree
+from corral.engine.fairshare import decayed_weights, divide_tree
 from corral.engine.fragmentation import Fragmentation, shapes_of, task_shapes
 from corral.engine.kinds import ACTION_NAMES, CPU, DIMENSIONS, GPU, MEMORY, ActionName
 from corral.engine.placement import Placer
@@ -34,6 +34,7 @@ from corral.model import (
     Workload,
     check_tree,
 )
+from corral.model.usage import decay_settings
 
 _SUBMITTED = operator.attrgetter("submitted", "name")
 
@@ -71,7 +72,7 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
                 since_checkpoint=since_checkpoint,
             )
         )
-    return Snapshot(snapshot.nodes, snapshot.queues, tuple(workloads), snapshot.hidden)
+    return replace(snapshot, workloads=tuple(workloads))
 
 
 class Scheduler:
@@ -137,7 +138,9 @@ class Cycle:
         fragmentation = _index(snapshot, state, workloads, fresh, max_memory)
         placer = Placer(state, config, fragmentation)
         self.session = Session(config, queues, state, workloads, waiting, placer)
-        _divide_fair_shares(self.session)
+        self.weights = _time_decayed_weights(snapshot, queues)
+        self.usage = snapshot.usage
+        _divide_fair_shares(self.session, self.weights)
 
     def run(self) -> Decisions:
         """Run the configured actions in order and return the decisions."""
@@ -154,7 +157,7 @@ class Cycle:
         }
         for name in self.config.actions:
             actions[_known_action(name)]()
-        return _decisions(session)
+        return _decisions(session, self.weights, self.usage)
 
 
 def _known_action(name: str) -> ActionName:
@@ -287,8 +290,19 @@ def _index(
     return fragmentation
 
 
-def _divide_fair_shares(session: Session) -> None:
-    """Add up what each queue's work requests and divide the cluster into fair shares."""
+def _time_decayed_weights(snapshot: Snapshot, queues: dict[str, QueueState]) -> dict[str, float]:
+    """The GPU over-quota weights of the queues with time-decayed fair share on (none:
+    the policy is off everywhere, and the cycle divides as it always did)."""
+    if all(queue.fair_share_half_life is None for queue in snapshot.queues):
+        return {}
+    factors = {name: setting.k for name, setting in decay_settings(snapshot.queues).items()}
+    roots = [queue for queue in queues.values() if queue.parent is None]
+    return decayed_weights(roots, snapshot.usage, factors)
+
+
+def _divide_fair_shares(session: Session, gpu_weights: dict[str, float]) -> None:
+    """Add up what each queue's work requests and divide the cluster into fair shares
+    (the GPU surplus by `gpu_weights` where given)."""
     for ws in session.workloads:
         request = ws.demand
         if request is None:
@@ -303,15 +317,18 @@ def _divide_fair_shares(session: Session) -> None:
             capacity[CPU] += node.node.cpu
             capacity[MEMORY] += node.node.memory
     roots = [queue for queue in session.queues.values() if queue.parent is None]
-    for name, share in divide_tree(roots, capacity).items():
+    for name, share in divide_tree(roots, capacity, gpu_weights).items():
         session.queues[name].set_fair_share(share)
 
 
 # -- results -------------------------------------------------------------------------
 
 
-def _decisions(session: Session) -> Decisions:
-    """What the cycle decided: tasks started, evictions, pending reasons, queue totals."""
+def _decisions(
+    session: Session, weights: dict[str, float], usage: Mapping[str, float]
+) -> Decisions:
+    """What the cycle decided: tasks started, evictions, pending reasons, queue totals
+    (with the time-decayed weights, where that policy is on)."""
     bindings = {
         ws.name: tuple(ws.started[task] for task in sorted(ws.started))
         for ws in session.workloads
@@ -329,6 +346,8 @@ def _decisions(session: Session) -> Decisions:
             fair_share=as_resources(queue.fair_share),
             allocated=as_resources(queue.alloc),
             requested=as_resources(queue.requested),
+            weight=weights.get(name),
+            usage=usage.get(name, 0.0) if name in weights else None,
         )
         for name, queue in session.queues.items()
     }

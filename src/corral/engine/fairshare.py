@@ -6,17 +6,22 @@ priority in proportion to over-quota weight, capped by each queue's demand and l
 When a queue reaches its cap the rest is divided again among the others (water filling).
 The division is applied level by level from the root, each parent's fair share being
 the amount its children divide.
+
+Time-decayed fair share (`decayed_weights`) changes only the GPU weights the surplus is
+divided by: a queue that used more of its siblings' GPU-time than its weight's part of
+them gets a lower weight, one that used less a higher one. Deserved quotas stay as they
+are.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Protocol
 
-from corral.engine.kinds import DIMENSIONS
+from corral.engine.kinds import DIMENSIONS, GPU
 from corral.model.resources import EPSILON
 
 
@@ -98,17 +103,25 @@ class Claimant(Protocol):
     def children(self) -> Sequence[Claimant]: ...
 
 
-def divide_tree(siblings: Sequence[Claimant], amounts: Sequence[float]) -> dict[str, list[float]]:
+def divide_tree(
+    siblings: Sequence[Claimant],
+    amounts: Sequence[float],
+    gpu_weights: Mapping[str, float] | None = None,
+) -> dict[str, list[float]]:
     """Fair shares of GPU, CPU and memory by queue name: `amounts` divided among
-    `siblings`, then each one's share among its children, level by level."""
+    `siblings`, then each one's share among its children, level by level. A queue in
+    `gpu_weights` divides the GPU surplus by that weight instead of its own."""
     shares: dict[str, list[float]] = {queue.name: [0.0, 0.0, 0.0] for queue in siblings}
     for resource in DIMENSIONS:
+        override = gpu_weights if gpu_weights and resource == GPU else None
         claims = [
             Claim(
                 deserved=queue.deserved[resource],
                 demand=queue.requested[resource],
                 limit=queue.limit[resource],
-                weight=queue.weight[resource],
+                weight=queue.weight[resource]
+                if override is None
+                else override.get(queue.name, queue.weight[resource]),
                 priority=queue.priority,
             )
             for queue in siblings
@@ -117,5 +130,41 @@ def divide_tree(siblings: Sequence[Claimant], amounts: Sequence[float]) -> dict[
             shares[queue.name][resource] = share
     for queue in siblings:
         if queue.children:
-            shares.update(divide_tree(queue.children, shares[queue.name]))
+            shares.update(divide_tree(queue.children, shares[queue.name], gpu_weights))
     return shares
+
+
+def decayed_weight(weight: float, total_weight: float, share: float, k: float) -> float:
+    """A queue's over-quota weight after its usage: `max(0, w + k * (w - W * s))`, where
+    `W` is the sum of its siblings' weights (its own included) and `s` its share of their
+    usage. In normalised terms `w/W + k * (w/W - s)`, scaled back by `W` so that the
+    result reads in the queue's own units and multiplying every weight by a constant
+    changes nothing."""
+    return max(0.0, weight + k * (weight - total_weight * share))
+
+
+def decayed_weights(
+    siblings: Sequence[Claimant], usage: Mapping[str, float], factors: Mapping[str, float]
+) -> dict[str, float]:
+    """The GPU over-quota weight of each queue of the tree under `siblings` that has
+    time-decayed fair share on (`factors`: its usage factor k), given each queue's usage
+    share of the cluster (`usage`; absent is 0).
+
+    Usage is compared among siblings: a queue's share is its usage over the sum of its
+    siblings' (its own included), so a project is weighed against the other projects of
+    its department. Where siblings have no weight or no usage, weights stay as they are."""
+    weights: dict[str, float] = {}
+    total_weight = sum(queue.weight[GPU] for queue in siblings)
+    total_usage = sum(usage.get(queue.name, 0.0) for queue in siblings)
+    for queue in siblings:
+        k = factors.get(queue.name)
+        if k is None:
+            pass
+        elif total_weight > 0 and total_usage > 0:
+            share = usage.get(queue.name, 0.0) / total_usage
+            weights[queue.name] = decayed_weight(queue.weight[GPU], total_weight, share, k)
+        else:
+            weights[queue.name] = queue.weight[GPU]
+        if queue.children:
+            weights.update(decayed_weights(queue.children, usage, factors))
+    return weights

@@ -95,6 +95,11 @@ class Queue:
     # reclaim): None inherits the parent's, and a root's None is off.
     preempt_min_runtime: float | None = None
     reclaim_min_runtime: float | None = None
+    # Time-decayed fair share: the half-life (seconds) of the queue's usage history, and
+    # how strongly that history moves its over-quota weight. None inherits the parent's;
+    # a root's None half-life is off, and a None factor is 1.
+    fair_share_half_life: float | None = None
+    fair_share_k: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +220,9 @@ class Snapshot:
     queues: tuple[Queue, ...]
     workloads: tuple[Workload, ...]
     hidden: tuple[tuple[Workload, int], ...] = ()
+    # Time-decayed fair share: each queue's share of the cluster's allocated GPU-time,
+    # decayed with its half-life (0 to 1, see `model.usage`); a queue not listed used none.
+    usage: Mapping[str, float] = field(default_factory=dict)
 
 
 PlacementPolicy = Literal["binpack", "spread"]
@@ -253,6 +261,10 @@ class QueueStatus:
     fair_share: Resources
     allocated: Resources
     requested: Resources
+    # Time-decayed fair share, where it is on: the over-quota GPU weight the surplus was
+    # divided by, and the usage share it was worked out from.
+    weight: float | None = None
+    usage: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

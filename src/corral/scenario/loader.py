@@ -62,6 +62,9 @@ _QUEUE_FIELDS = (
     "priority",
     "preempt_min_runtime",
     "reclaim_min_runtime",
+    "fair_share_half_life",
+    "fair_share_k",
+    "usage",
 )
 _RESOURCE_FIELDS = ("gpu", "cpu", "memory")
 _WORKLOAD_FIELDS = (
@@ -182,7 +185,7 @@ def _read_scenario(document: object, source: str) -> Scenario:
     config = _read_scheduler(top.get("scheduler"))
     cycles = _read_run(top.get("run"))
     nodes = _read_nodes(top.get("nodes", []))
-    queues = _read_queues(top.get("queues", []))
+    queues, usage = _read_queues(top.get("queues", []))
     workloads = _read_workloads(top.get("workloads", []), nodes, queues)
     expectations = _read_expect(
         top.get("expect"), {workload.name: workload for workload in workloads}, nodes
@@ -192,7 +195,7 @@ def _read_scenario(document: object, source: str) -> Scenario:
         description=description,
         config=config,
         cycles=cycles,
-        snapshot=Snapshot(tuple(nodes.values()), tuple(queues.values()), workloads),
+        snapshot=Snapshot(tuple(nodes.values()), tuple(queues.values()), workloads, usage=usage),
         expectations=expectations,
         source=source,
     )
@@ -269,8 +272,10 @@ def _read_labels(value: object, path: str) -> dict[str, str]:
     return {_name(key, path): _label_value(item, f"{path}.{key}") for key, item in value.items()}
 
 
-def _read_queues(value: object) -> dict[str, Queue]:
+def _read_queues(value: object) -> tuple[dict[str, Queue], dict[str, float]]:
+    """The queues by name, and the usage shares given (time-decayed fair share)."""
     queues: dict[str, Queue] = {}
+    usage: dict[str, float] = {}
     for index, item in enumerate(_list(value, "queues")):
         path = f"queues[{index}]"
         fields = _fields(item, path, _QUEUE_FIELDS, required=("name",))
@@ -292,11 +297,15 @@ def _read_queues(value: object) -> dict[str, Queue]:
             priority=_given(fields, "priority", path, _integer, _QUEUE.priority),
             preempt_min_runtime=_given(fields, "preempt_min_runtime", path, _duration, None),
             reclaim_min_runtime=_given(fields, "reclaim_min_runtime", path, _duration, None),
+            fair_share_half_life=_given(fields, "fair_share_half_life", path, _duration, None),
+            fair_share_k=_given(fields, "fair_share_k", path, _optional_number, None),
         )
         _check_limit(queue, f"{path}.limit")
         queues[name] = queue
+        if "usage" in fields:
+            usage[name] = _share(fields["usage"], f"{path}.usage")
     _check_queue_tree(queues)
-    return queues
+    return queues, usage
 
 
 def _check_limit(queue: Queue, path: str) -> None:
@@ -689,6 +698,19 @@ def _duration(value: object, path: str) -> float | None:
         return parse_duration(value)
     except ValueError as error:
         raise FieldError(path, str(error)) from None
+
+
+def _optional_number(value: object, path: str) -> float | None:
+    """A non-negative finite amount (typed to allow a None default in `_given`)."""
+    return _number(value, path)
+
+
+def _share(value: object, path: str) -> float:
+    """A share from 0 to 1."""
+    share = _number(value, path)
+    if share > 1:
+        raise FieldError(path, f"{share:g} is above 1 (a share of the cluster, 0 to 1)")
+    return share
 
 
 def _count(value: object, path: str) -> int:

@@ -54,6 +54,8 @@ class QueueOutcome:
     deserved: float
     fair_share: float
     allocated: float
+    # The time-decayed over-quota GPU weight, where that policy is on.
+    weight: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,14 +87,7 @@ class PlanResult:
                 }
                 for record in self.evictions
             ],
-            "queues": {
-                name: {
-                    "deserved": _json_number(queue.deserved),
-                    "fair_share": _json_number(queue.fair_share),
-                    "allocated": _json_number(queue.allocated),
-                }
-                for name, queue in self.queues.items()
-            },
+            "queues": {name: _queue_json(queue) for name, queue in self.queues.items()},
         }
 
 
@@ -136,6 +131,7 @@ def plan(scenario: Scenario) -> PlanResult:
             deserved=status.deserved.gpu,
             fair_share=status.fair_share.gpu,
             allocated=status.allocated.gpu,
+            weight=status.weight,
         )
         for queue in scenario.snapshot.queues
         if (status := decisions.queues.get(queue.name)) is not None
@@ -154,6 +150,18 @@ def _pending_reason(
         record = evicted_last[name]
         return f"evicted ({record.action}) in cycle {record.cycle}: {record.reason}"
     return "the scheduler gave no reason"
+
+
+def _queue_json(queue: QueueOutcome) -> dict[str, object]:
+    document: dict[str, object] = {
+        "deserved": _json_number(queue.deserved),
+        "fair_share": _json_number(queue.fair_share),
+        "allocated": _json_number(queue.allocated),
+    }
+    # Only where time-decayed fair share is on, so that other plans print as they did.
+    if queue.weight is not None:
+        document["weight"] = _json_number(queue.weight)
+    return document
 
 
 def _workload_json(outcome: WorkloadOutcome) -> dict[str, object]:

@@ -225,6 +225,17 @@ class QueueOut(TypedDict):
     preempt_min_runtime: float | None
     # seconds, set on this queue itself (null: inherited or off)
     reclaim_min_runtime: float | None
+    # seconds, set on this queue itself (null: inherited or off)
+    fair_share_half_life: float | None
+    # set on this queue itself (null: inherited, or 1)
+    fair_share_k: float | None
+    # time-decayed fair share, where it is on: the over-quota GPU weight the latest cycle divided
+    # the surplus by
+    effective_weight: float | None
+    # where time-decayed fair share is on: its share of the cluster's decayed GPU-time, 0 to 1
+    usage: float | None
+    # why the effective weight differs from the over-quota weight
+    weight_reason: str | None
     # from the latest scheduling cycle
     fair_share: Amounts | None
     allocated: Amounts | None
@@ -377,6 +388,10 @@ class WhyQueueOut(TypedDict):
     fair_share: float | None
     # null before the first cycle
     allocated: float | None
+    # time-decayed fair share, where it is on: the over-quota GPU weight
+    effective_weight: float | None
+    # why the weight is what it is
+    weight_reason: str | None
 
 
 class WorkloadOut(TypedDict):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from corral.model import Decisions
 from corral.model.durations import lost_work_phrase
+from corral.model.usage import DecaySetting
 from corral.server.rules import rules_out
 from corral.server.schemas import (
     Amounts,
@@ -23,6 +24,7 @@ from corral.server.schemas import (
     WeightsOut,
     WorkloadOut,
 )
+from corral.server.weights import weight_reason
 from corral.store import NodeRecord, QueueRecord, WorkloadRecord
 from corral.store.records import LostWork
 from corral.store.rules import RuleSet
@@ -33,8 +35,14 @@ def vars_of(record: Any) -> dict[str, Any]:
     return {name: getattr(record, name) for name in record.__slots__}
 
 
-def queue_out(record: QueueRecord, rules: RuleSet, last: Decisions | None) -> QueueOut:
-    """A queue with its own rules and, after a first cycle, its share in the latest one."""
+def queue_out(
+    record: QueueRecord,
+    rules: RuleSet,
+    last: Decisions | None,
+    settings: Mapping[str, DecaySetting] | None = None,
+) -> QueueOut:
+    """A queue with its own rules and, after a first cycle, its share in the latest one;
+    `settings` (time-decayed fair share, as inherited) word its effective weight."""
     queue = record.queue
     status = last.queues.get(queue.name) if last else None
     return QueueOut(
@@ -48,6 +56,11 @@ def queue_out(record: QueueRecord, rules: RuleSet, last: Decisions | None) -> Qu
         priority=queue.priority,
         preempt_min_runtime=queue.preempt_min_runtime,
         reclaim_min_runtime=queue.reclaim_min_runtime,
+        fair_share_half_life=queue.fair_share_half_life,
+        fair_share_k=queue.fair_share_k,
+        effective_weight=status.weight if status else None,
+        usage=status.usage if status else None,
+        weight_reason=weight_reason(queue, status, settings or {}),
         fair_share=Amounts.of(status.fair_share) if status else None,
         allocated=Amounts.of(status.allocated) if status else None,
         requested=Amounts.of(status.requested) if status else None,

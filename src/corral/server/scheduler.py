@@ -12,6 +12,9 @@ Changes that name the only workloads they touched (task ends, see
 every `FULL_SNAPSHOT_SECONDS` in any case, reads the whole snapshot again. The engine
 likewise keeps the state of running work between cycles (`engine.Scheduler`), so a
 cycle loads only the work that started, stopped or changed.
+Every `USAGE_SECONDS` the loop also brings the queues' decayed usage up to date in the
+store (time-decayed fair share, `corral.store.queue_usage`) from what is bound, and
+gives the usage shares to every snapshot until the next time.
 With `CORRAL_VERIFY_SNAPSHOTS=1` in the environment (the tests set it) every incremental
 snapshot is compared with a full read and every cycle's decisions with a fresh
 `engine.schedule()`, and a difference fails the cycle.
@@ -45,6 +48,8 @@ IDLE_CYCLE_SECONDS = 30.0
 # The longest a cycle goes on from a kept snapshot before reading the store whole (the
 # idle flags of running work come from telemetry, which does not move the generation).
 FULL_SNAPSHOT_SECONDS = 10.0
+# How often the queues' decayed usage is brought up to date; half-lives are hours.
+USAGE_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,11 @@ class SchedulerLoop:
         self._kept: _Kept | None = None
         # The engine keeps the state of running work from one cycle to the next.
         self._engine = Scheduler()
+        # The queues' usage shares (time-decayed fair share), and when they were brought
+        # up to date (monotonic clock).
+        self.usage: dict[str, float] = {}
+        self.usage_seconds = USAGE_SECONDS
+        self._usage_at: float | None = None
         self.metrics = SchedulerMetrics()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -116,6 +126,7 @@ class SchedulerLoop:
         # Work whose dependencies were met since joins this cycle's snapshot; the engine
         # never sees work that still waits for others (corral.store.lifecycle).
         self.store.resolve_holds()
+        self._advance_usage()
         for attempt in range(OPTIMISTIC_ATTEMPTS + 1):
             if attempt == OPTIMISTIC_ATTEMPTS:
                 with self.store.writing():
@@ -143,6 +154,14 @@ class SchedulerLoop:
         if self.on_changes is not None and decisions.changed:
             self.on_changes(decisions, releases)
         return decisions
+
+    def _advance_usage(self) -> None:
+        """Bring the queues' decayed usage up to date, at most every `usage_seconds`."""
+        now = time.monotonic()
+        if self._usage_at is not None and now - self._usage_at < self.usage_seconds:
+            return
+        self.usage = self.store.advance_usage(time.time())
+        self._usage_at = now
 
     def _decide(self, snapshot: Snapshot) -> Decisions:
         decisions = self._engine(snapshot, self.config)
@@ -180,11 +199,11 @@ class SchedulerLoop:
             snapshot = Snapshot(kept.snapshot.nodes, kept.snapshot.queues, workloads + new)
             if self.verify:
                 self._check(snapshot, generation, newest)
-            return snapshot, newest, kept.read_at
+            return replace(snapshot, usage=self.usage), newest, kept.read_at
         read_at = time.monotonic()
         snapshot, newest = self.store.read_snapshot()
         self.full_snapshots += 1
-        return snapshot, newest, read_at
+        return replace(snapshot, usage=self.usage), newest, read_at
 
     def _check(self, snapshot: Snapshot, generation: int, newest: int) -> None:
         full = self.store.snapshot()

@@ -109,6 +109,10 @@ def duration_seconds(value: float | str) -> float:
     return seconds
 
 
+# Time-decayed fair share's usage factor k: how strongly usage moves a queue's weight.
+UsageFactor = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+
+
 # -- queues ---------------------------------------------------------------------------------
 
 
@@ -168,6 +172,14 @@ class QueueIn(Body):
     reclaim_min_runtime: MinRuntime | None = Field(
         None, description="work that has run for less is no victim of reclaim; null inherits"
     )
+    fair_share_half_life: MinRuntime | None = Field(
+        None,
+        description="time-decayed fair share: the half-life of its usage history; null inherits"
+        " (none up the tree: off)",
+    )
+    fair_share_k: UsageFactor | None = Field(
+        None, description="time-decayed fair share: usage factor k; null inherits (default 1)"
+    )
     rules: RulesIn | None = Field(None, description="rules that act on utilisation, by class")
 
     def to_model(self) -> Queue:
@@ -180,6 +192,8 @@ class QueueIn(Body):
             priority=self.priority,
             preempt_min_runtime=_optional_seconds(self.preempt_min_runtime),
             reclaim_min_runtime=_optional_seconds(self.reclaim_min_runtime),
+            fair_share_half_life=_optional_seconds(self.fair_share_half_life),
+            fair_share_k=self.fair_share_k,
         )
 
 
@@ -198,6 +212,8 @@ class QueuePatch(Body):
     priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
     preempt_min_runtime: MinRuntime | None = Field(None, description="null: inherit again")
     reclaim_min_runtime: MinRuntime | None = Field(None, description="null: inherit again")
+    fair_share_half_life: MinRuntime | None = Field(None, description="null: inherit again")
+    fair_share_k: UsageFactor | None = Field(None, description="null: inherit again")
     rules: RulesIn | None = Field(None, description="replaces all the queue's rules; null: none")
 
     def changes(self) -> dict[str, Any]:
@@ -213,9 +229,11 @@ class QueuePatch(Body):
             changes["over_quota_weight"] = _weights(self.over_quota_weight)
         if "priority" in given and self.priority is not None:
             changes["priority"] = self.priority
-        for field in ("preempt_min_runtime", "reclaim_min_runtime"):
+        for field in ("preempt_min_runtime", "reclaim_min_runtime", "fair_share_half_life"):
             if field in given:
                 changes[field] = _optional_seconds(getattr(self, field))
+        if "fair_share_k" in given:
+            changes["fair_share_k"] = self.fair_share_k
         return changes
 
 
@@ -259,6 +277,25 @@ class QueueOut(BaseModel):
     )
     reclaim_min_runtime: float | None = Field(
         None, description="seconds, set on this queue itself (null: inherited or off)"
+    )
+    fair_share_half_life: float | None = Field(
+        None, description="seconds, set on this queue itself (null: inherited or off)"
+    )
+    fair_share_k: float | None = Field(
+        None, description="set on this queue itself (null: inherited, or 1)"
+    )
+    effective_weight: float | None = Field(
+        None,
+        description="time-decayed fair share, where it is on: the over-quota GPU weight the"
+        " latest cycle divided the surplus by",
+    )
+    usage: float | None = Field(
+        None,
+        description="where time-decayed fair share is on: its share of the cluster's"
+        " decayed GPU-time, 0 to 1",
+    )
+    weight_reason: str | None = Field(
+        None, description="why the effective weight differs from the over-quota weight"
     )
     fair_share: Amounts | None = Field(description="from the latest scheduling cycle")
     allocated: Amounts | None
@@ -646,6 +683,10 @@ class WhyQueueOut(BaseModel):
     limit: float | None = Field(description="null: no limit")
     fair_share: float | None = Field(description="null before the first cycle")
     allocated: float | None = Field(description="null before the first cycle")
+    effective_weight: float | None = Field(
+        None, description="time-decayed fair share, where it is on: the over-quota GPU weight"
+    )
+    weight_reason: str | None = Field(None, description="why the weight is what it is")
 
 
 class WhyOut(BaseModel):

@@ -17,8 +17,10 @@ from collections.abc import Mapping, Sequence
 from corral.model import Decisions, Queue, QueueStatus
 from corral.model.resources import EPSILON, format_gpus, plural_gpus
 from corral.model.spec import WorkloadSpec
+from corral.model.usage import DecaySetting
 from corral.server.admission import minimum_gang
 from corral.server.schemas import HolderOut, WhyOut, WhyQueueOut
+from corral.server.weights import settings_of, weight_reason
 
 Statuses = Mapping[str, QueueStatus]
 
@@ -32,8 +34,12 @@ def deepen(
     statuses: Statuses = last.queues if last is not None else {}
     path = _path(spec.project, by_name)
     need = sum(group.gpu * count for group, count in minimum_gang(spec))
+    settings = settings_of(queues)
     deeper = why.model_copy(
-        update={"needs": need, "queues": [_queue_out(q, statuses.get(q.name)) for q in path]}
+        update={
+            "needs": need,
+            "queues": [_queue_out(q, statuses.get(q.name), settings) for q in path],
+        }
     )
     if why.status != "pending":
         return deeper
@@ -65,7 +71,9 @@ def _path(project: str, by_name: Mapping[str, Queue]) -> list[Queue]:
     return path
 
 
-def _queue_out(queue: Queue, status: QueueStatus | None) -> WhyQueueOut:
+def _queue_out(
+    queue: Queue, status: QueueStatus | None, settings: Mapping[str, DecaySetting]
+) -> WhyQueueOut:
     limit = queue.limit.gpu
     return WhyQueueOut(
         name=queue.name,
@@ -73,6 +81,8 @@ def _queue_out(queue: Queue, status: QueueStatus | None) -> WhyQueueOut:
         limit=None if math.isinf(limit) else limit,
         fair_share=status.fair_share.gpu if status else None,
         allocated=status.allocated.gpu if status else None,
+        effective_weight=status.weight if status else None,
+        weight_reason=weight_reason(queue, status, settings),
     )
 
 

@@ -12,7 +12,8 @@ These are necessary conditions, checked on per-queue totals (the smallest reques
 highest priority pending in each queue), so a skipped cycle is one the engine would have
 run without deciding anything. Each condition is the engine's own cheap check (the
 actions' `could_...` and `engine.quota`'s), and fair shares are divided as the engine
-divides them, with its `divide_tree`.
+divides them, with its `divide_tree` (and, with time-decayed fair share, the weights of
+its `decayed_weights` from the usage the simulator gives the cycle: `set_usage`).
 
 After a cycle that changed nothing, the cluster is settled: until capacity is freed,
 the pending work that was there cannot be placed or preempt (the state it failed on is
@@ -53,6 +54,7 @@ from sortedcontainers import SortedList
 
 from corral.engine import divide_tree
 from corral.engine.actions import Allocate, Preempt, Reclaim
+from corral.engine.fairshare import decayed_weights
 from corral.engine.quota import (
     above_deserved_at_share,
     could_stay_within_deserved,
@@ -60,6 +62,7 @@ from corral.engine.quota import (
     over_fair_share,
 )
 from corral.model import Node, Queue
+from corral.model.usage import decay_settings
 
 Amounts = tuple[float, float, float]
 # What the gate needs to know of a pending workload: GPUs, priority, preemptible.
@@ -176,6 +179,10 @@ class CycleGate:
         self.pending_count = 0
         self.settled = False
         self.freed = False
+        # Time-decayed fair share: usage factors of the queues where it is on, and the
+        # GPU weights of the latest usage.
+        self.factors = {name: setting.k for name, setting in decay_settings(queues).items()}
+        self.gpu_weights: dict[str, float] = {}
 
     # -- what the simulator reports ---------------------------------------------------
 
@@ -204,6 +211,11 @@ class CycleGate:
         """A running workload ended or was evicted; its capacity is free."""
         self._run(self.queues[queue], shape, placed, -1.0)
         self.freed = True
+
+    def set_usage(self, usage: Mapping[str, float]) -> None:
+        """The queues' usage shares the next cycle is given (time-decayed fair share)."""
+        if self.factors:
+            self.gpu_weights = decayed_weights(self.roots, usage, self.factors)
 
     def cycle_done(self, changed: bool) -> None:
         """After a cycle: one that changed nothing leaves the cluster settled."""
@@ -380,7 +392,7 @@ class CycleGate:
 
     def _fair_shares(self) -> dict[str, list[float]]:
         """Each queue's fair share of GPU, CPU and memory, divided as the engine does."""
-        return divide_tree(self.roots, self.capacity)
+        return divide_tree(self.roots, self.capacity, self.gpu_weights)
 
 
 def _drop(counter: Counter[_Key], key: _Key) -> None:

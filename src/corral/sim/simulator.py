@@ -8,6 +8,10 @@ cycle; a cycle that bound or evicted something asks for another one interval lat
 the work it evicted may fit elsewhere. Nothing else runs a cycle: an idle clock costs
 nothing, and a cycle that `CycleGate` shows cannot change anything is skipped.
 
+With time-decayed fair share on for some queue, the simulation keeps each queue's usage
+history on its virtual clock (`sim.usage`) and gives every cycle the usage shares, as
+the server does from its store.
+
 A job runs its `duration` of work. Evicted, it goes back to pending, keeps the progress
 of its last checkpoint (one every `checkpoint_interval` seconds of progress) and pays
 `restart_cost` seconds when it starts again. A consolidation (a move) is an eviction
@@ -51,6 +55,7 @@ from corral.sim.metrics import (
 from corral.sim.policies import POOL_PRIORITY, Setup
 from corral.sim.quiet import Amounts, CycleGate, Order, Shape
 from corral.sim.trace import Job, Trace
+from corral.sim.usage import UsageHistory
 
 Progress = Callable[[float], None]
 
@@ -174,6 +179,9 @@ class Simulation:
         self.window = trace.span if trace.span > 0 else 1.0
         self.capacity = float(sum(node.gpus for node in setup.nodes if node.schedulable))
         self.gate = CycleGate(setup.nodes, setup.queues, setup.config.actions)
+        self.usage = UsageHistory(setup.queues)
+        # The usage shares the current cycle sees (empty with the policy off).
+        self.shares: dict[str, float] = {}
         sample = settings.sample_interval or sample_interval(self.window, settings.cycle_interval)
         self.recorder = Recorder(
             [quotas.get(project, 0.0) for project in self.projects],
@@ -279,9 +287,10 @@ class Simulation:
     def _complete(self, state: _JobState, now: float) -> None:
         state.end = now
         state.restarts += state.restart * state.gpus
-        self._stop(state)
+        self._stop(state, now)
 
-    def _stop(self, state: _JobState) -> None:
+    def _stop(self, state: _JobState, now: float) -> None:
+        self.usage.change(state.queue, -state.placed[0], now)
         del self.running[state.job.name]
         self.gate.stopped(state.queue, state.shape, state.placed)
         held = state.placed[0]
@@ -291,6 +300,9 @@ class Simulation:
     def _cycle(self, now: float) -> bool:
         """Run a cycle unless it cannot change anything; True when it changed something."""
         shortcuts = self.settings.shortcuts
+        if self.usage.on:
+            self.shares = self.usage.shares(now)
+            self.gate.set_usage(self.shares)
         if shortcuts and not self.gate.may_change():
             self.skipped += 1
             self.gate.cycle_done(changed=False)
@@ -372,9 +384,8 @@ class Simulation:
                 for key, kind in self.waiting_kinds.items()
                 if kind.count > shown[key]
             )
-        return self.setup.scheduler(
-            Snapshot(self.setup.nodes, self.setup.queues, workloads, hidden), self.setup.config
-        )
+        snapshot = Snapshot(self.setup.nodes, self.setup.queues, workloads, hidden, self.shares)
+        return self.setup.scheduler(snapshot, self.setup.config)
 
     def _apply(self, decisions: Decisions, now: float) -> None:
         evicted: dict[str, set[int]] = {}
@@ -402,6 +413,7 @@ class Simulation:
         self.running[state.job.name] = state.workload
         gpus = sum(placement.gpu for placement in placements)
         state.placed = (gpus, state.request[1], state.request[2])
+        self.usage.change(state.queue, gpus, now)
         if math.isnan(state.first_start):
             state.first_start = now
             state.restart = 0.0
@@ -427,7 +439,7 @@ class Simulation:
         state.saved = kept
         state.preemptions += 1
         state.version += 1
-        self._stop(state)
+        self._stop(state, now)
         state.workload = _with_placements(state.workload, ())
         self._to_pending(state)
 

@@ -32,6 +32,8 @@ def fill_queue(row: QueueRow, queue: Queue) -> None:
     row.priority = queue.priority
     row.preempt_min_runtime = queue.preempt_min_runtime
     row.reclaim_min_runtime = queue.reclaim_min_runtime
+    row.fair_share_half_life = queue.fair_share_half_life
+    row.fair_share_k = queue.fair_share_k
 
 
 def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
@@ -47,6 +49,8 @@ def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
         priority=row.priority,
         preempt_min_runtime=row.preempt_min_runtime,
         reclaim_min_runtime=row.reclaim_min_runtime,
+        fair_share_half_life=row.fair_share_half_life,
+        fair_share_k=row.fair_share_k,
     )
 
 

@@ -23,6 +23,7 @@ import corral.store.history as history
 import corral.store.idempotency as idempotency
 import corral.store.lifecycle as lifecycle
 import corral.store.nodes as nodes
+import corral.store.queue_usage as queue_usage
 import corral.store.queues as queues
 import corral.store.reports as reports
 import corral.store.scheduling as scheduling
@@ -102,8 +103,9 @@ class Store(Database):
         self, name: str, changes: dict[str, Any], rules: Mapping[str, Any] | None = None
     ) -> QueueRecord:
         """Change some of a queue's fields: parent, deserved, limit, over_quota_weight,
-        priority; and replace its rules when `rules` is given ({} removes them). One
-        transaction: nothing changes when any part is refused."""
+        priority, min-runtimes, time-decayed fair share settings; and replace its rules
+        when `rules` is given ({} removes them). One transaction: nothing changes when any
+        part is refused."""
         with self._accounts() as session:
             record = queues.update_queue(session, name, changes)
             if rules is not None:
@@ -364,6 +366,18 @@ class Store(Database):
         `up_to` (see `Database.changed_since`)."""
         with self.read() as session:
             return scheduling.named_workloads(session, names, up_to)
+
+    def advance_usage(self, now: float) -> dict[str, float]:
+        """Bring each queue's decayed usage up to `now` with what is bound now (the
+        scheduler loop calls it on its clock); the usage shares by queue name. Not a
+        change scheduling depends on: the loop gives the shares to its cycles itself."""
+        with self.write(relevant=False) as session:
+            return queue_usage.advance_usage(session, now)
+
+    def usage_shares(self) -> dict[str, float]:
+        """Each tracked queue's usage share, as the last `advance_usage` left it."""
+        with self.read() as session:
+            return queue_usage.usage_shares(session)
 
     def apply(self, decisions: Decisions) -> list[Release]:
         """Write one cycle's decisions in one transaction: evictions, bindings, reasons.

@@ -54,6 +54,9 @@ class QueueRow(Base):
     # Seconds a workload must have run before it is a victim; NULL inherits the parent's.
     preempt_min_runtime: Mapped[float | None] = mapped_column(Float)
     reclaim_min_runtime: Mapped[float | None] = mapped_column(Float)
+    # Time-decayed fair share: half-life in seconds and usage factor; NULL inherits.
+    fair_share_half_life: Mapped[float | None] = mapped_column(Float)
+    fair_share_k: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
     # Rules that act on utilisation, by workload class (corral.store.rules); NULL for none.
     rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -338,3 +341,18 @@ class IdempotencyRow(Base):
     digest: Mapped[str] = mapped_column(String(64))
     workloads: Mapped[list[str]] = mapped_column(JSON)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class QueueUsageRow(Base):
+    """A queue's decayed usage (time-decayed fair share, `corral.model.usage`): the
+    GPU-seconds its work held and the GPU-seconds all work held, both decayed with the
+    queue's half-life, as of `updated_at`. Kept by the scheduler loop."""
+
+    __tablename__ = "queue_usage"
+
+    queue_id: Mapped[int] = mapped_column(
+        ForeignKey("queues.id", ondelete="CASCADE"), primary_key=True
+    )
+    gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    cluster_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -208,6 +208,16 @@ def queue_tree(queues: list[Json]) -> list[Json]:
     return ordered
 
 
+def weight_text(queue: Mapping[str, Any]) -> str:
+    """The over-quota GPU weight, and with time-decayed fair share the one the latest
+    cycle used: "2 → 0.6" (as dashboard.js's weightText)."""
+    base = float(queue["over_quota_weight"]["gpu"])
+    effective = queue.get("effective_weight")
+    if effective is None or abs(effective - base) <= 1e-9:
+        return f"{base:.3g}"
+    return f"{base:.3g} → {effective:.2g}"
+
+
 def gpu(amounts: Mapping[str, Any] | None) -> float | None:
     """The GPU figure of an Amounts object; None for none (or unlimited)."""
     if amounts is None:

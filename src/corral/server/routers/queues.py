@@ -10,6 +10,7 @@ from corral.server.outputs import queue_out
 from corral.server.rules import rules_payload
 from corral.server.scheduler import SchedulerLoop
 from corral.server.schemas import QueueIn, QueueOut, QueuePatch
+from corral.server.weights import settings_of
 from corral.store import QueueRecord, Store
 from corral.store.rules import queue_rules
 
@@ -18,13 +19,23 @@ router = APIRouter(prefix=API, responses=ERRORS, tags=["queues"])
 
 def _queue_out(store: Store, loop: SchedulerLoop, record: QueueRecord) -> QueueOut:
     """One queue's answer, its rules read for it alone."""
-    return queue_out(record, queue_rules(store, record.queue.name), loop.last)
+    last = loop.last
+    # Its inherited time-decayed fair share settings, where the latest cycle used them.
+    status = last.queues.get(record.queue.name) if last else None
+    settings = (
+        settings_of([r.queue for r in store.list_queues()])
+        if status is not None and status.weight is not None
+        else None
+    )
+    return queue_out(record, queue_rules(store, record.queue.name), last, settings)
 
 
 @router.get("/queues", response_model=list[QueueOut])
 def list_queues(_: User, store: StoreDep, loop: LoopDep) -> list[QueueOut]:
     last = loop.last
-    return [queue_out(record, rules, last) for record, rules in store.list_queues_with_rules()]
+    listed = store.list_queues_with_rules()
+    settings = settings_of([record.queue for record, _ in listed])
+    return [queue_out(record, rules, last, settings) for record, rules in listed]
 
 
 @router.post("/queues", response_model=QueueOut, status_code=201)

@@ -439,6 +439,17 @@
     },
   };
 
+  // The over-quota GPU weight, and with time-decayed fair share the one the latest cycle
+  // used: "2 → 0.6" (as views.weight_text).
+  function weightText(q) {
+    const base = q.over_quota_weight.gpu;
+    const effective = q.effective_weight;
+    if (effective === null || effective === undefined || Math.abs(effective - base) <= 1e-9) {
+      return `${Number(base.toPrecision(3))}`;
+    }
+    return `${Number(base.toPrecision(3))} → ${Number(effective.toPrecision(2))}`;
+  }
+
   const queues = {
     async load(d) {
       const [found, series] = await Promise.all([
@@ -470,12 +481,24 @@
               `<span ${id("allocated")}>${num(allocated)}</span></span></td>` +
               `<td class="n" ${id("pending")}>${num(q.pending_gpu)}</td>` +
               `<td class="n" ${id("limit")}>${q.limit.gpu === null ? "∞" : num(q.limit.gpu)}</td>` +
-              `<td class="n">${esc(q.priority)}</td></tr>`
+              `<td class="n">${esc(q.priority)}</td>` +
+              `<td class="n" ${id("weight")}${q.weight_reason ? ` title="${esc(q.weight_reason)}"` : ""}>` +
+              `${esc(weightText(q))}</td></tr>`
             );
           },
           "No queues yet. An admin creates them with <code>corral project create</code>.",
-          7,
+          8,
         ),
+      );
+      setHtml(
+        "weight-reasons",
+        d.queues
+          .filter((q) => q.weight_reason)
+          .map(
+            (q) =>
+              `<li data-testid="queue-${esc(q.name)}-weight-reason">${esc(q.name)}: ${esc(q.weight_reason)}</li>`,
+          )
+          .join(""),
       );
       if (!d.series) return;
       const holder = document.getElementById("queue-charts");

@@ -850,3 +850,19 @@ def test_whoami_and_users(api: Api) -> None:
     with api.client(second.json()["token"]) as client:
         assert client.get("/whoami").json()["name"] == name
     assert api.admin.post(f"/users/{unique('nobody')}/tokens").status_code == 404
+
+
+def test_a_nul_in_a_url_is_refused_by_name_on_every_backend(api: Api) -> None:
+    """PostgreSQL cannot hold a NUL in text: a filter or name with one was a store error
+    (500) there. It is bad input on every backend, refused before any handler."""
+    for path, params, where in [
+        ("/workloads", {"project": "team\x00"}, ["query", "project"]),
+        ("/workloads", {"user": "\x00"}, ["query", "user"]),
+        ("/queues/a%00b", {}, ["path"]),
+        ("/workloads/x%00/logs", {"task": "0"}, ["path"]),
+    ]:
+        response = api.admin.get(path, params=params)
+        assert response.status_code == 422, (path, response.text)
+        assert response.json()["detail"][0]["loc"] == where
+    # Without one, the same filter answers.
+    assert api.admin.get("/workloads", params={"project": "team"}).status_code == 200

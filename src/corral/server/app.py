@@ -18,6 +18,7 @@ from corral.server.dashboard import install as install_dashboard
 from corral.server.deps import API
 from corral.server.errors import install_error_handlers
 from corral.server.exec_bridge import router as exec_router
+from corral.server.nul import RefuseNul
 from corral.server.options import AllowedMethods
 from corral.server.proxy import install as install_proxy
 from corral.server.rate_limit import RateLimiter
@@ -62,6 +63,7 @@ def create_app(
     app.state.background = background
     app.add_middleware(AllowedMethods, routes=app.router.routes)
     app.add_middleware(BodyLimit)
+    app.add_middleware(RefuseNul)
     # Outermost, so that every write is audited, a refused one (413, 429) too.
     app.add_middleware(Audit, log=background.audit, limiter=RateLimiter.from_environment())
     install_error_handlers(app)

@@ -42,7 +42,7 @@ def nodes_command(
         typer.echo("No nodes registered.")
         return
     table = Table()
-    for column in ("node", "state", "gpus used", "gpu model", "cpus", "memory", "labels"):
+    for column in ("node", "state", "pool", "gpus used", "gpu model", "cpus", "memory", "labels"):
         table.add_column(column)
     table.add_column("devices: work")
     wide = output == "wide"
@@ -53,6 +53,7 @@ def nodes_command(
         table.add_row(
             node["name"],
             _state(node),
+            node["pool"],
             f"{format_gpus(node['allocated_gpu'])}/{node['gpus']}",
             f"{node['gpu_model']} ({format_memory(node['gpu_memory'])})" if node["gpus"] else "-",
             f"{node['cpu']:g}",

@@ -25,6 +25,7 @@ from corral.cli.common import (
     reported_errors,
 )
 from corral.cli.config import connect
+from corral.cli.pools import PoolDeserved, PoolLimit, pool_quotas, pools_sentence
 from corral.model import CLASS_ALIASES, WORKLOAD_CLASSES, format_gpus, format_memory
 from corral.model.durations import format_duration
 from corral.model.resources import plural_gpus
@@ -225,6 +226,8 @@ def create_command(
     max_runtime: MaxRuntime = None,
     preempt_min_runtime: PreemptMinRuntime = None,
     reclaim_min_runtime: ReclaimMinRuntime = None,
+    pool_deserved: PoolDeserved = None,
+    pool_limit: PoolLimit = None,
 ) -> None:
     """Create a project; with --parent, inside a department (which may be new)."""
     with reported_errors(ctx):
@@ -243,6 +246,8 @@ def create_command(
         if priority is not None:
             body["priority"] = priority
         body.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
+        if (pools := pool_quotas(pool_deserved, pool_limit)) is not None:
+            body["pools"] = pools
         if rules := _merged_rules(None, rule_changes):
             body["rules"] = rules
         with connect() as client:
@@ -251,7 +256,7 @@ def create_command(
     typer.echo(
         f"Created project {queue['name']}{where}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}."
-        f"{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
+        f"{pools_sentence(queue)}{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 
@@ -274,6 +279,8 @@ def set_command(
     max_runtime: MaxRuntime = None,
     preempt_min_runtime: PreemptMinRuntime = None,
     reclaim_min_runtime: ReclaimMinRuntime = None,
+    pool_deserved: PoolDeserved = None,
+    pool_limit: PoolLimit = None,
 ) -> None:
     """Change some of a project's settings; the others stay as they are."""
     with reported_errors(ctx):
@@ -291,8 +298,11 @@ def set_command(
         if priority is not None:
             changes["priority"] = priority
         changes.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
+        pools_given = bool(pool_deserved or pool_limit)
+        # Checked before anything is sent.
+        pool_quotas(pool_deserved, pool_limit)
         with connect() as client:
-            if deserved_quota.given or limit_quota.given or rule_changes:
+            if deserved_quota.given or limit_quota.given or rule_changes or pools_given:
                 # The API replaces a quota or the rules whole; merge so that --limit-cpu
                 # keeps the GPU limit, and a rule for one class keeps the others.
                 current = client.get_queue(name)
@@ -302,6 +312,8 @@ def set_command(
                     changes["limit"] = limit_quota.merged(current["limit"]) or None
                 if rule_changes:
                     changes["rules"] = _merged_rules(current["rules"], rule_changes)
+                if pools_given:
+                    changes["pools"] = pool_quotas(pool_deserved, pool_limit, current["pools"])
             if not changes:
                 raise InvalidInput("give at least one setting to change (see --help)")
             queue = client.update_queue(name, changes)
@@ -309,7 +321,7 @@ def set_command(
         f"Updated {queue['name']}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}, "
         f"over-quota weight {_weight(queue)}, priority {queue['priority']}."
-        f"{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
+        f"{pools_sentence(queue)}{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 

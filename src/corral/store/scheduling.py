@@ -123,6 +123,7 @@ def active_workloads(
             WorkloadRow.preemptible,
             WorkloadRow.min_available,
             WorkloadRow.node_selector,
+            WorkloadRow.node_pools,
             WorkloadRow.topology_key,
             WorkloadRow.topology_required,
         )
@@ -149,6 +150,7 @@ def active_workloads(
             min_available=w.min_available,
             node_selector={k: tuple(v) for k, v in w.node_selector.items()},
             topology=(Topology(w.topology_key, w.topology_required) if w.topology_key else None),
+            node_pools=tuple(w.node_pools or ()),
             submitted=float(w.id),
             placements=tuple(placed.get(w.id, ())),
             idle=w.name in idle,

@@ -42,9 +42,10 @@ def nodes_command(
         typer.echo("No nodes registered.")
         return
     table = Table()
-    for column in ("node", "state", "pool", "gpus used", "gpu model", "cpus", "memory", "labels"):
+    for column in ("node", "state", "gpus used", "gpu model", "cpus", "memory", "labels"):
         table.add_column(column)
     table.add_column("devices: work")
+    table.add_column("pool")
     wide = output == "wide"
     if wide:
         for column in ("virtual", "registered", "last heartbeat"):
@@ -53,13 +54,13 @@ def nodes_command(
         table.add_row(
             node["name"],
             _state(node),
-            node["pool"],
             f"{format_gpus(node['allocated_gpu'])}/{node['gpus']}",
             f"{node['gpu_model']} ({format_memory(node['gpu_memory'])})" if node["gpus"] else "-",
             f"{node['cpu']:g}",
             format_memory(node["memory"]),
             "\n".join(f"{key}={value}" for key, value in node["labels"].items()),
             _devices(node),
+            node["pool"],
             *(wide_node_cells(node) if wide else ()),
         )
     out_console().print(table)

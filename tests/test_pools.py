@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from corral.engine import Scheduler, schedule
+from corral.engine import Scheduler, SnapshotError, schedule
 from corral.engine.pools import pools_of, queues_in, uses_pools
 from corral.model import (
     DEFAULT_POOL,
     Node,
+    Placement,
     PoolQuota,
     Queue,
     Resources,
@@ -165,3 +166,45 @@ def test_the_kept_scheduler_decides_as_schedule_does_with_pools() -> None:
     scheduler = Scheduler()
     assert scheduler(snapshot) == schedule(snapshot)
     assert scheduler(snapshot) == schedule(snapshot)
+
+
+def test_work_with_tasks_in_two_pools_holds_its_devices_in_both() -> None:
+    # A label changed under running work: its tasks are in a100 and in the default pool.
+    snapshot = _snapshot(pools=True)
+    spanning = Workload(
+        "span",
+        "q",
+        (TaskGroup(replicas=2, gpu=2),),
+        submitted=-1,
+        placements=(Placement(0, "a0", (0, 1), 2.0), Placement(1, "n0", (0, 1), 2.0)),
+    )
+    snapshot = Snapshot(snapshot.nodes, snapshot.queues, (spanning, *snapshot.workloads))
+    decisions = schedule(snapshot)
+    # Every GPU is held: nothing else starts, and the spanning work stays.
+    assert decisions.bindings == {}
+    assert decisions.evictions == ()
+    assert decisions.queues["q"].allocated.gpu == 4
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("twice", "workload w0: listed twice"),
+        ("node", "workload w0: unknown node 'gone'"),
+        ("queue", "workload w0: 'nowhere' is not a leaf queue"),
+    ],
+)
+def test_bad_snapshots_are_refused_with_pools(change: str, message: str) -> None:
+    snapshot = _snapshot(node_pools=("h100",), pools=True)
+    first = snapshot.workloads[0]
+    if change == "twice":
+        workloads = (first, *snapshot.workloads)
+    elif change == "node":
+        placed = Workload(
+            "w0", "q", first.task_groups, placements=(Placement(0, "gone", (0,), 1.0),)
+        )
+        workloads = (placed, *snapshot.workloads[1:])
+    else:
+        workloads = (Workload("w0", "nowhere", first.task_groups), *snapshot.workloads[1:])
+    with pytest.raises(SnapshotError, match=message):
+        schedule(Snapshot(snapshot.nodes, snapshot.queues, workloads))

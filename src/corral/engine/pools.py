@@ -35,12 +35,19 @@ from corral.model import (
     SchedulerConfig,
     Snapshot,
     Workload,
+    gpu_quota,
 )
+
+_NONE = Resources(0.0, 0.0, 0.0)
 
 RunCycle = Callable[[Snapshot, SchedulerConfig], Decisions]
 Apply = Callable[[Snapshot, Decisions], Snapshot]
 # Actions that never evict or move running work: the first pass runs only these.
 _NON_EVICTING = ("allocate",)
+# The queue that holds, in one pool's cycle, the tasks of work of another pool placed on
+# this pool's nodes (a label changed under it): deserved exactly what they hold, so that
+# they take that from the pool's capacity and count in no real queue's share twice.
+_ELSEWHERE = "(work of another pool)"
 
 
 def uses_pools(snapshot: Snapshot) -> bool:
@@ -95,20 +102,20 @@ def schedule_pools(
     `run_cycle` schedules one pool, `apply` gives the snapshot after its decisions."""
     pools = pools_of(snapshot.nodes)
     node_pool = {node.name: node.pool for node in snapshot.nodes}
+    _check(snapshot, node_pool)
     queue_views = {pool: queues_in(snapshot.queues, pool) for pool in pools}
     everywhere = tuple(pools)
     run = _Run({workload.name: workload for workload in snapshot.workloads}, {})
     for workload in snapshot.workloads:
         if workload.placements:
-            node = workload.placements[0].node
-            if node not in node_pool:
-                raise SnapshotError(f"workload {workload.name}: unknown node {node!r}")
-            run.home[workload.name] = node_pool[node]
+            run.home[workload.name] = node_pool[workload.placements[0].node]
     preferences = {
         workload.name: workload.node_pools or everywhere for workload in snapshot.workloads
     }
     non_evicting = tuple(action for action in config.actions if action in _NON_EVICTING)
-    passes = [replace(config, actions=non_evicting)] if non_evicting != config.actions else []
+    passes = []
+    if non_evicting and non_evicting != config.actions:
+        passes.append(replace(config, actions=non_evicting))
     passes.append(config)
     for settings in passes:
         depth = max((len(preferences[name]) for name in _pending(run)), default=1)
@@ -133,8 +140,27 @@ def schedule_pools(
     return _decisions(snapshot, run, preferences)
 
 
+def _check(snapshot: Snapshot, node_pool: Mapping[str, str]) -> None:
+    """Refuse, as a single cycle would, what the division by pool would otherwise hide: a
+    workload listed twice, in a queue that is not a leaf, or on an unknown node."""
+    parents = {queue.parent for queue in snapshot.queues}
+    leaves = {queue.name for queue in snapshot.queues if queue.name not in parents}
+    names: set[str] = set()
+    for workload in snapshot.workloads:
+        name = workload.name
+        if workload.queue not in leaves:
+            raise SnapshotError(f"workload {name}: {workload.queue!r} is not a leaf queue")
+        if name in names:
+            raise SnapshotError(f"workload {name}: listed twice")
+        names.add(name)
+        for placement in workload.placements:
+            if placement.node not in node_pool:
+                raise SnapshotError(f"workload {name}: unknown node {placement.node!r}")
+
+
 def _pending(run: _Run) -> list[str]:
-    """Workloads with no task running that were not evicted this cycle, oldest first."""
+    """Workloads with no task running that were not evicted this cycle (the engine orders
+    them)."""
     return [
         name
         for name, workload in run.current.items()
@@ -169,11 +195,13 @@ def _pool_snapshot(
 
     Work that started or moved earlier in this cycle is not a victim again in it, so it
     comes in non-preemptible. Work of another pool with tasks here (a label changed under
-    it) holds its devices here as non-preemptible, non-elastic work; this pool's own work
-    with tasks elsewhere sees those nodes as cordoned."""
+    it) holds its devices here as non-preemptible, non-elastic work of a queue of its own
+    (`_ELSEWHERE`); this pool's own work with tasks elsewhere sees those nodes as
+    cordoned."""
     nodes = list(pools[pool])
     foreign: dict[str, Node] = {}
     workloads: list[Workload] = []
+    elsewhere = 0.0
     chosen = set(candidates)
     for name, workload in run.current.items():
         if name in chosen:
@@ -190,10 +218,21 @@ def _pool_snapshot(
             continue
         here = tuple(p for p in workload.placements if node_pool[p.node] == pool)
         if here:
-            workloads.append(
-                replace(workload, placements=here, preemptible=False, min_available=None)
+            elsewhere += sum(placement.gpu for placement in here)
+            held = replace(
+                workload,
+                queue=_ELSEWHERE,
+                placements=here,
+                preemptible=False,
+                min_available=None,
             )
+            workloads.append(held)
     nodes.extend(foreign.values())
+    if elsewhere:
+        queues = (
+            *queues,
+            Queue(_ELSEWHERE, deserved=gpu_quota(elsewhere), over_quota_weight=_NONE),
+        )
     return Snapshot(tuple(nodes), queues, tuple(workloads), snapshot.hidden)
 
 
@@ -211,7 +250,9 @@ def _merge(
     apply: Apply,
 ) -> None:
     """Take one pool's decisions into the cycle's."""
-    run.statuses[pool] = decisions.queues
+    run.statuses[pool] = {
+        name: status for name, status in decisions.queues.items() if name != _ELSEWHERE
+    }
     for eviction in decisions.evictions:
         run.evictions.append(eviction)
         run.touched.add(eviction.workload)

@@ -180,10 +180,27 @@ def test_work_with_tasks_in_two_pools_holds_its_devices_in_both() -> None:
     )
     snapshot = Snapshot(snapshot.nodes, snapshot.queues, (spanning, *snapshot.workloads))
     decisions = schedule(snapshot)
-    # Every GPU is held: nothing else starts, and the spanning work stays.
+    # Every GPU is held: nothing else starts, and the spanning work stays, counted once.
     assert decisions.bindings == {}
     assert decisions.evictions == ()
     assert decisions.queues["q"].allocated.gpu == 4
+    assert decisions.pools["a100"]["q"].allocated.gpu == 2
+
+
+def test_work_with_tasks_in_two_pools_is_evicted_whole() -> None:
+    nodes = (Node("a0", gpus=2, labels={"pool": "a100"}), Node("n0", gpus=2))
+    queues = (Queue("lender"), Queue("owner", pools={"a100": PoolQuota(gpu_quota(2))}))
+    spanning = Workload(
+        "span",
+        "lender",
+        (TaskGroup(replicas=2, gpu=2),),
+        placements=(Placement(0, "a0", (0, 1), 2.0), Placement(1, "n0", (0, 1), 2.0)),
+    )
+    owed = Workload("owed", "owner", (TaskGroup(gpu=2),), submitted=1, node_pools=("a100",))
+    decisions = schedule(Snapshot(nodes, queues, (spanning, owed)))
+    [eviction] = decisions.evictions
+    assert (eviction.workload, eviction.tasks, eviction.action) == ("span", (0, 1), "reclaim")
+    assert decisions.bindings["owed"][0].node == "a0"
 
 
 @pytest.mark.parametrize(

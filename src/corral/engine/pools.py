@@ -35,19 +35,12 @@ from corral.model import (
     SchedulerConfig,
     Snapshot,
     Workload,
-    gpu_quota,
 )
-
-_NONE = Resources(0.0, 0.0, 0.0)
 
 RunCycle = Callable[[Snapshot, SchedulerConfig], Decisions]
 Apply = Callable[[Snapshot, Decisions], Snapshot]
 # Actions that never evict or move running work: the first pass runs only these.
 _NON_EVICTING = ("allocate",)
-# The queue that holds, in one pool's cycle, the tasks of work of another pool placed on
-# this pool's nodes (a label changed under it): deserved exactly what they hold, so that
-# they take that from the pool's capacity and count in no real queue's share twice.
-_ELSEWHERE = "(work of another pool)"
 
 
 def uses_pools(snapshot: Snapshot) -> bool:
@@ -84,7 +77,6 @@ class _Run:
     """What the cycle over all pools has decided so far."""
 
     current: dict[str, Workload]
-    home: dict[str, str]
     bindings: dict[str, list[Placement]] = field(default_factory=dict)
     evictions: list[Eviction] = field(default_factory=list)
     # Workloads evicted or moved this cycle: not victims, nor placed, again in it.
@@ -105,10 +97,7 @@ def schedule_pools(
     _check(snapshot, node_pool)
     queue_views = {pool: queues_in(snapshot.queues, pool) for pool in pools}
     everywhere = tuple(pools)
-    run = _Run({workload.name: workload for workload in snapshot.workloads}, {})
-    for workload in snapshot.workloads:
-        if workload.placements:
-            run.home[workload.name] = node_pool[workload.placements[0].node]
+    run = _Run({workload.name: workload for workload in snapshot.workloads})
     preferences = {
         workload.name: workload.node_pools or everywhere for workload in snapshot.workloads
     }
@@ -136,7 +125,7 @@ def schedule_pools(
                     snapshot, pool, pools, node_pool, queue_views[pool], run, candidates
                 )
                 decisions = run_cycle(sub, settings)
-                _merge(run, pool, sub, decisions, candidates, apply)
+                _merge(run, pool, node_pool, (sub, decisions, candidates), apply)
     return _decisions(snapshot, run, preferences)
 
 
@@ -194,14 +183,10 @@ def _pool_snapshot(
     """One pool as a cluster: its nodes, its work and the candidates that try it.
 
     Work that started or moved earlier in this cycle is not a victim again in it, so it
-    comes in non-preemptible. Work of another pool with tasks here (a label changed under
-    it) holds its devices here as non-preemptible, non-elastic work of a queue of its own
-    (`_ELSEWHERE`); this pool's own work with tasks elsewhere sees those nodes as
-    cordoned."""
-    nodes = list(pools[pool])
-    foreign: dict[str, Node] = {}
+    comes in non-preemptible. Work with tasks in more than one pool (placed before pools
+    were in use, or a label changed under it) comes into each pool with its tasks there,
+    as a gang that does not grow (see `_merge` for its eviction)."""
     workloads: list[Workload] = []
-    elsewhere = 0.0
     chosen = set(candidates)
     for name, workload in run.current.items():
         if name in chosen:
@@ -209,76 +194,64 @@ def _pool_snapshot(
             continue
         if not workload.placements:
             continue
-        settled = name in run.bindings or name in run.touched
-        if run.home.get(name) == pool:
-            for placement in workload.placements:
-                if node_pool[placement.node] != pool and placement.node not in foreign:
-                    foreign[placement.node] = _cordoned(snapshot, placement.node)
-            workloads.append(replace(workload, preemptible=False) if settled else workload)
-            continue
         here = tuple(p for p in workload.placements if node_pool[p.node] == pool)
-        if here:
-            elsewhere += sum(placement.gpu for placement in here)
-            held = replace(
-                workload,
-                queue=_ELSEWHERE,
-                placements=here,
-                preemptible=False,
-                min_available=None,
-            )
-            workloads.append(held)
-    nodes.extend(foreign.values())
-    if elsewhere:
-        queues = (
-            *queues,
-            Queue(_ELSEWHERE, deserved=gpu_quota(elsewhere), over_quota_weight=_NONE),
-        )
-    return Snapshot(tuple(nodes), queues, tuple(workloads), snapshot.hidden)
-
-
-def _cordoned(snapshot: Snapshot, name: str) -> Node:
-    node = next(node for node in snapshot.nodes if node.name == name)
-    return replace(node, schedulable=False)
+        if not here:
+            continue
+        if len(here) < len(workload.placements):
+            workload = replace(workload, placements=here, min_available=None)
+        if name in run.bindings or name in run.touched:
+            workload = replace(workload, preemptible=False)
+        workloads.append(workload)
+    return Snapshot(tuple(pools[pool]), queues, tuple(workloads), snapshot.hidden)
 
 
 def _merge(
     run: _Run,
     pool: str,
-    sub: Snapshot,
-    decisions: Decisions,
-    candidates: list[str],
+    node_pool: Mapping[str, str],
+    step: tuple[Snapshot, Decisions, list[str]],
     apply: Apply,
 ) -> None:
-    """Take one pool's decisions into the cycle's."""
-    run.statuses[pool] = {
-        name: status for name, status in decisions.queues.items() if name != _ELSEWHERE
-    }
-    for eviction in decisions.evictions:
-        run.evictions.append(eviction)
-        run.touched.add(eviction.workload)
-        if eviction.workload in decisions.pending:
-            run.evicted[eviction.workload] = decisions.pending[eviction.workload]
+    """Take one pool's decisions (`step`: the pool's snapshot, its decisions, and the
+    candidates that tried it) into the cycle's. Work with tasks in other pools that is
+    evicted here loses those tasks too: a gang runs whole or not at all."""
+    sub, decisions, candidates = step
+    run.statuses[pool] = decisions.queues
     for name, placements in decisions.bindings.items():
         run.bindings.setdefault(name, []).extend(placements)
-        run.home[name] = pool
     for name in candidates:
         if name in decisions.pending:
             # The single-pool cycle sees its pool as the whole cluster.
             reason = decisions.pending[name].replace("the cluster", "the pool")
             run.reasons.setdefault(name, {})[pool] = reason
     changed = {eviction.workload for eviction in decisions.evictions} | set(decisions.bindings)
-    if not changed:
-        return
-    after = apply(sub, decisions)
-    for workload in after.workloads:
-        if workload.name not in changed:
-            continue
-        original = run.current[workload.name]
-        # The pool's copy may have been made non-preemptible; keep the workload's own
-        # fields and take only where its tasks now run.
-        run.current[workload.name] = replace(
-            original, placements=workload.placements, running_for=workload.running_for
-        )
+    elsewhere: dict[str, tuple[Placement, ...]] = {}
+    if changed:
+        for workload in apply(sub, decisions).workloads:
+            if workload.name not in changed:
+                continue
+            original = run.current[workload.name]
+            others = tuple(p for p in original.placements if node_pool[p.node] != pool)
+            placements = workload.placements
+            if others and not placements:
+                elsewhere[workload.name] = others
+            elif others:
+                placements = tuple(sorted((*placements, *others), key=lambda p: p.task))
+            # The pool's copy may have been made non-preemptible or non-elastic; keep the
+            # workload's own fields and take only where its tasks now run.
+            run.current[workload.name] = replace(
+                original, placements=placements, running_for=workload.running_for
+            )
+    for eviction in decisions.evictions:
+        name = eviction.workload
+        others = elsewhere.pop(name, ())
+        if others:
+            tasks = tuple(sorted({*eviction.tasks, *(p.task for p in others)}))
+            eviction = replace(eviction, tasks=tasks)
+        run.evictions.append(eviction)
+        run.touched.add(name)
+        if name in decisions.pending:
+            run.evicted[name] = decisions.pending[name]
 
 
 def _decisions(

@@ -71,6 +71,9 @@ def test_submit_to_pools_in_order_and_why(admin: Cli, api: httpx.Client) -> None
     # The first that fits: a100 for the older, v100 once a100 is full.
     assert wait_for(placed, "both to run") == {"pq-1": "pq-a100", "pq-2": "pq-v100"}
     assert api.get("/workloads/pq-1").json()["node_pools"] == ["a100", "v100"]
+    described = admin.ok("describe", "pq-1")
+    [line] = [line for line in described.splitlines() if "node pools" in line]
+    assert line.split("node pools", 1)[1].strip(" │") == "a100, v100", line
 
     admin.ok("submit", "pq-3", "-p", "pq", "-g", "1", "--node-pool", "a100", "--", "true")
 

@@ -75,6 +75,13 @@ def test_submit_to_pools_in_order_and_why(admin: Cli, api: httpx.Client) -> None
     [line] = [line for line in described.splitlines() if "node pools" in line]
     assert line.split("node pools", 1)[1].strip(" │") == "a100, v100", line
 
+    # The queues in each pool, as the latest cycle divided them.
+    queues = admin.ok("queues")
+    a100 = queues[queues.index("Queues in pool a100") :]
+    assert row(a100, "pq")[1:] == ["1", "1", "1", "none"]
+    v100 = queues[queues.index("Queues in pool v100") :]
+    assert row(v100, "pq")[1:] == ["0", "1", "1", "none"]
+
     admin.ok("submit", "pq-3", "-p", "pq", "-g", "1", "--node-pool", "a100", "--", "true")
 
     def reason() -> str | None:

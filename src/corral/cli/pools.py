@@ -8,6 +8,7 @@ and the CPU and memory of this one, stay as they are.
 from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
 from corral.cli.common import InvalidInput, parse_number, parse_pairs
 from corral.model import DEFAULT_POOL, format_gpus
@@ -81,3 +82,32 @@ def pools_sentence(queue: QueueOut) -> str:
             text += f", limit {format_gpus(limit)}"
         parts.append(text)
     return f" Pools: {'; '.join(parts)}." if parts else ""
+
+
+def pool_tables(queues: list[QueueOut]) -> list[Table]:
+    """One table per node pool the latest cycle divided (none while pools are not in
+    use): each queue's deserved quota, fair share, allocation and limit there."""
+    names = sorted({pool for queue in queues for pool in queue.get("pools", {})})
+    tables = []
+    for pool in names:
+        table = Table(title=f"Queues in pool {pool} (GPUs)", title_justify="left")
+        table.add_column("queue")
+        for column in ("deserved", "fair share", "allocated", "limit"):
+            table.add_column(column, justify="right")
+        for queue in sorted(queues, key=lambda q: q["name"]):
+            shown = queue.get("pools", {}).get(pool)
+            if shown is None:
+                continue
+            table.add_row(
+                queue["name"],
+                _gpus(shown["deserved"]["gpu"], "0"),
+                _gpus(shown["fair_share"]["gpu"] if shown["fair_share"] else None, "-"),
+                _gpus(shown["allocated"]["gpu"] if shown["allocated"] else None, "-"),
+                _gpus(shown["limit"]["gpu"], "none"),
+            )
+        tables.append(table)
+    return tables
+
+
+def _gpus(amount: float | None, empty: str) -> str:
+    return empty if amount is None else format_gpus(amount)

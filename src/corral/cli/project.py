@@ -25,7 +25,7 @@ from corral.cli.common import (
     reported_errors,
 )
 from corral.cli.config import connect
-from corral.cli.pools import PoolDeserved, PoolLimit, pool_quotas, pools_sentence
+from corral.cli.pools import PoolDeserved, PoolLimit, pool_quotas, pool_tables, pools_sentence
 from corral.model import CLASS_ALIASES, WORKLOAD_CLASSES, format_gpus, format_memory
 from corral.model.durations import format_duration
 from corral.model.resources import plural_gpus
@@ -394,6 +394,8 @@ def queues_command(
         )
     console = out_console()
     console.print(table)
+    for pool_table in pool_tables(queues):
+        console.print(pool_table)
     if any(queue["fair_share"] is None for queue in queues):
         console.print(Text("Fair shares appear after the scheduler's next cycle.", style="dim"))
 

@@ -8,9 +8,10 @@ b of 250 nodes each, every queue's deserved quota split evenly between them, and
 pending jobs preferring a then b, or b then a, by turns. With pools each pool is a cycle
 of its own, twice over (without evicting, then with every action), so the figure shows
 what the division by pool costs (the evictions differ too: quotas split by pool divide
-the GPUs otherwise than the whole-cluster ones). CPU seconds of this process, the best of N runs. The
-last line with --json is one JSON object with `reclaim_cycle_seconds_one_pool`,
-`reclaim_cycle_seconds_two_pools` and the evictions of each.
+the GPUs otherwise than the whole-cluster ones). CPU seconds of this process, the best of
+N runs. The last line with --json is one JSON object with
+`reclaim_cycle_seconds_one_pool`, `reclaim_cycle_seconds_two_pools` and the evictions of
+each.
 """
 
 from __future__ import annotations

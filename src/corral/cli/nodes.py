@@ -45,6 +45,7 @@ def nodes_command(
     for column in ("node", "state", "gpus used", "gpu model", "cpus", "memory", "labels"):
         table.add_column(column)
     table.add_column("devices: work")
+    table.add_column("pool")
     wide = output == "wide"
     if wide:
         for column in ("virtual", "registered", "last heartbeat"):
@@ -59,6 +60,7 @@ def nodes_command(
             format_memory(node["memory"]),
             "\n".join(f"{key}={value}" for key, value in node["labels"].items()),
             _devices(node),
+            node["pool"],
             *(wide_node_cells(node) if wide else ()),
         )
     out_console().print(table)

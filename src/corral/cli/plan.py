@@ -1,6 +1,7 @@
 """`corral plan FILE`: what the scheduler would do with a scenario file, offline."""
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +15,7 @@ from corral.cli.common import EXIT_CHECK_FAILED, out_console, reported_errors
 from corral.model import Placement, format_gpus
 from corral.scenario import (
     PlanResult,
+    QueueOutcome,
     Scenario,
     check_expectations,
     load_scenario,
@@ -58,7 +60,9 @@ def _show(console: Console, scenario: Scenario, result: PlanResult, failures: li
     console.print(_workloads_table(scenario, result))
     console.print(_evictions_table(result) if result.evictions else Text("No evictions."))
     if result.queues:
-        console.print(_queues_table(result))
+        console.print(_queues_table("Queues (GPUs)", result.queues))
+    for pool, queues in result.pools.items():
+        console.print(_queues_table(f"Queues in pool {pool} (GPUs)", queues))
     _show_expectations(console, scenario, failures)
 
 
@@ -103,15 +107,15 @@ def _evictions_table(result: PlanResult) -> Table:
     return table
 
 
-def _queues_table(result: PlanResult) -> Table:
-    table = Table(title="Queues (GPUs)", title_justify="left")
+def _queues_table(title: str, queues: Mapping[str, QueueOutcome]) -> Table:
+    table = Table(title=title, title_justify="left")
     table.add_column("queue")
     # The weight column appears only where time-decayed fair share is on somewhere.
-    weighted = any(queue.weight is not None for queue in result.queues.values())
+    weighted = any(queue.weight is not None for queue in queues.values())
     columns = ("deserved", "fair share", "allocated", *(("weight",) if weighted else ()))
     for column in columns:
         table.add_column(column, justify="right")
-    for name, queue in result.queues.items():
+    for name, queue in queues.items():
         cells = [
             Text(name),
             Text(format_gpus(queue.deserved)),

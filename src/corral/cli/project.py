@@ -25,6 +25,7 @@ from corral.cli.common import (
     reported_errors,
 )
 from corral.cli.config import connect
+from corral.cli.pools import PoolDeserved, PoolLimit, pool_quotas, pool_tables, pools_sentence
 from corral.model import CLASS_ALIASES, WORKLOAD_CLASSES, format_gpus, format_memory
 from corral.model.durations import format_duration
 from corral.model.resources import plural_gpus
@@ -246,6 +247,8 @@ def create_command(
     reclaim_min_runtime: ReclaimMinRuntime = None,
     fair_share_half_life: FairShareHalfLife = None,
     fair_share_k: FairShareK = None,
+    pool_deserved: PoolDeserved = None,
+    pool_limit: PoolLimit = None,
 ) -> None:
     """Create a project; with --parent, inside a department (which may be new)."""
     with reported_errors(ctx):
@@ -265,6 +268,9 @@ def create_command(
             body["priority"] = priority
         body.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
         body.update(_fair_share(fair_share_half_life, fair_share_k))
+
+        if (pools := pool_quotas(pool_deserved, pool_limit)) is not None:
+            body["pools"] = pools
         if rules := _merged_rules(None, rule_changes):
             body["rules"] = rules
         with connect() as client:
@@ -273,7 +279,8 @@ def create_command(
     typer.echo(
         f"Created project {queue['name']}{where}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}."
-        f"{_min_runtime_sentence(queue)}{_fair_share_sentence(queue)}{_rules_sentence(queue)}"
+        f"{pools_sentence(queue)}{_min_runtime_sentence(queue)}{_fair_share_sentence(queue)}"
+        f"{_rules_sentence(queue)}"
     )
 
 
@@ -298,6 +305,8 @@ def set_command(
     reclaim_min_runtime: ReclaimMinRuntime = None,
     fair_share_half_life: FairShareHalfLife = None,
     fair_share_k: FairShareK = None,
+    pool_deserved: PoolDeserved = None,
+    pool_limit: PoolLimit = None,
 ) -> None:
     """Change some of a project's settings; the others stay as they are."""
     with reported_errors(ctx):
@@ -316,8 +325,12 @@ def set_command(
             changes["priority"] = priority
         changes.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
         changes.update(_fair_share(fair_share_half_life, fair_share_k))
+
+        pools_given = bool(pool_deserved or pool_limit)
+        # Checked before anything is sent.
+        pool_quotas(pool_deserved, pool_limit)
         with connect() as client:
-            if deserved_quota.given or limit_quota.given or rule_changes:
+            if deserved_quota.given or limit_quota.given or rule_changes or pools_given:
                 # The API replaces a quota or the rules whole; merge so that --limit-cpu
                 # keeps the GPU limit, and a rule for one class keeps the others.
                 current = client.get_queue(name)
@@ -327,6 +340,8 @@ def set_command(
                     changes["limit"] = limit_quota.merged(current["limit"]) or None
                 if rule_changes:
                     changes["rules"] = _merged_rules(current["rules"], rule_changes)
+                if pools_given:
+                    changes["pools"] = pool_quotas(pool_deserved, pool_limit, current["pools"])
             if not changes:
                 raise InvalidInput("give at least one setting to change (see --help)")
             queue = client.update_queue(name, changes)
@@ -334,7 +349,8 @@ def set_command(
         f"Updated {queue['name']}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}, "
         f"over-quota weight {_weight(queue)}, priority {queue['priority']}."
-        f"{_min_runtime_sentence(queue)}{_fair_share_sentence(queue)}{_rules_sentence(queue)}"
+        f"{pools_sentence(queue)}{_min_runtime_sentence(queue)}{_fair_share_sentence(queue)}"
+        f"{_rules_sentence(queue)}"
     )
 
 
@@ -407,6 +423,8 @@ def queues_command(
         )
     console = out_console()
     console.print(table)
+    for pool_table in pool_tables(queues):
+        console.print(pool_table)
     if any(queue["fair_share"] is None for queue in queues):
         console.print(Text("Fair shares appear after the scheduler's next cycle.", style="dim"))
 

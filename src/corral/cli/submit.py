@@ -175,6 +175,14 @@ def submit_command(
             help="Only nodes with this label; a key given twice accepts either value.",
         ),
     ] = None,
+    node_pool: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--node-pool",
+            metavar="POOL",
+            help="A node pool it may run in; repeat in order of preference (default: any).",
+        ),
+    ] = None,
     topology: Annotated[
         str | None,
         typer.Option(
@@ -322,6 +330,8 @@ def submit_command(
             for key, value in parse_pairs("--node-selector", node_selector):
                 selector.setdefault(key, []).append(value)
             body["node_selector"] = selector
+        if node_pool:
+            body["node_pools"] = node_pool
         if topology is not None and topology_preferred is not None:
             raise InvalidInput("give --topology or --topology-preferred, not both")
         if topology is not None:

@@ -343,6 +343,8 @@ def _spec(workload: WorkloadOut) -> Table:
     if workload["node_selector"]:
         selector = (f"{k} in {', '.join(v)}" for k, v in workload["node_selector"].items())
         rows.append(("node selector", "; ".join(selector)))
+    if workload.get("node_pools"):
+        rows.append(("node pools", ", ".join(workload["node_pools"])))
     if workload["topology"]:
         kind = "required" if workload["topology"]["required"] else "preferred"
         rows.append(("topology", f"{workload['topology']['key']} ({kind})"))

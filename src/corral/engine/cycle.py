@@ -22,6 +22,7 @@ from corral.engine.fairshare import decayed_weights, divide_tree
 from corral.engine.fragmentation import Fragmentation, shapes_of, task_shapes
 from corral.engine.kinds import ACTION_NAMES, CPU, DIMENSIONS, GPU, MEMORY, ActionName
 from corral.engine.placement import Placer
+from corral.engine.pools import schedule_pools, uses_pools
 from corral.engine.session import Session
 from corral.engine.state import ClusterState, QueueState, WorkloadState, as_resources
 from corral.model import (
@@ -41,7 +42,13 @@ _SUBMITTED = operator.attrgetter("submitted", "name")
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decisions:
     """Run one scheduling cycle over `snapshot` and return what it decided."""
+    if uses_pools(snapshot):
+        return schedule_pools(snapshot, config or SchedulerConfig(), _one_pool, apply_decisions)
     return Cycle(snapshot, config or SchedulerConfig()).run()
+
+
+def _one_pool(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
+    return Cycle(snapshot, config).run()
 
 
 def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
@@ -95,6 +102,9 @@ class Scheduler:
         with self._lock:
             # A cycle that fails leaves nothing kept: the next one starts afresh.
             kept, self._kept = self._kept, None
+            if uses_pools(snapshot):
+                # Each pool is its own cycle, made afresh (see engine.pools).
+                return schedule(snapshot, config)
             cycle = Cycle(snapshot, config or SchedulerConfig(), kept)
             decisions = cycle.run()
             self._kept = Kept(snapshot, cycle.session)

@@ -25,6 +25,7 @@ from corral.model.resources import (
 from corral.model.types import (
     CLASS_ALIASES,
     DEFAULT_GRACE_PERIOD,
+    DEFAULT_POOL,
     DEFAULT_PRIORITY,
     PRIORITY_CLASSES,
     WORKLOAD_CLASSES,
@@ -32,6 +33,7 @@ from corral.model.types import (
     Eviction,
     Node,
     Placement,
+    PoolQuota,
     Queue,
     QueueStatus,
     SchedulerConfig,
@@ -46,6 +48,7 @@ from corral.model.types import (
 __all__ = [
     "CLASS_ALIASES",
     "DEFAULT_GRACE_PERIOD",
+    "DEFAULT_POOL",
     "DEFAULT_PRIORITY",
     "GIB",
     "PRIORITY_CLASSES",
@@ -56,6 +59,7 @@ __all__ = [
     "NegativeAmount",
     "Node",
     "Placement",
+    "PoolQuota",
     "Queue",
     "QueueCycle",
     "QueueError",

@@ -42,6 +42,8 @@ class WorkloadSpec:
     min_available: int | None = None
     node_selector: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     topology: Topology | None = None
+    # Node pools it may run in, in order of preference; empty: any pool.
+    node_pools: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     # Environment variable -> name of a secret of the project (corral.store.secrets).

@@ -34,6 +34,10 @@ CLASS_ALIASES: Mapping[str, str] = {
 # Workloads at or above this priority are non-preemptible unless they say otherwise.
 NON_PREEMPTIBLE_PRIORITY = 100
 
+# A node's pool is the value of this label; nodes without it are in DEFAULT_POOL.
+POOL_LABEL = "pool"
+DEFAULT_POOL = "default"
+
 
 def resolve_priority(value: str | int) -> int:
     """Turn a priority class name or an integer into the integer priority."""
@@ -74,6 +78,19 @@ class Node:
             return self.gpu_model
         return self.labels.get(key)
 
+    @property
+    def pool(self) -> str:
+        """The node pool the node belongs to: its `pool` label, else the default pool."""
+        return self.labels.get(POOL_LABEL) or DEFAULT_POOL
+
+
+@dataclass(frozen=True, slots=True)
+class PoolQuota:
+    """A queue's quota in one node pool (see Queue.pools)."""
+
+    deserved: Resources = Resources(0.0, math.inf, math.inf)
+    limit: Resources = UNLIMITED
+
 
 @dataclass(frozen=True, slots=True)
 class Queue:
@@ -100,6 +117,20 @@ class Queue:
     # a root's None half-life is off, and a None factor is 1.
     fair_share_half_life: float | None = None
     fair_share_k: float | None = None
+
+    # Quotas by node pool. `deserved` and `limit` above are the quota in the default pool
+    # (the whole cluster while no pool is used); a named pool not listed here gives the
+    # queue no deserved quota and no limit there.
+    pools: Mapping[str, PoolQuota] = field(default_factory=dict)
+
+    def quota_in(self, pool: str) -> PoolQuota:
+        """The queue's deserved quota and limit in `pool`."""
+        quota = self.pools.get(pool)
+        if quota is not None:
+            return quota
+        if pool == DEFAULT_POOL:
+            return PoolQuota(self.deserved, self.limit)
+        return PoolQuota()
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +208,8 @@ class Workload:
     running_for: float | None = None
     # Seconds since its last checkpoint (work lost if evicted now); None: unknown.
     since_checkpoint: float | None = None
+    # Node pools it may run in, in order of preference; empty: any pool.
+    node_pools: tuple[str, ...] = ()
 
     @property
     def task_count(self) -> int:
@@ -281,6 +314,8 @@ class Decisions:
     evictions: tuple[Eviction, ...]
     pending: Mapping[str, str]
     queues: Mapping[str, QueueStatus]
+    # When node pools are in use: each pool's queue totals (`queues` adds them up).
+    pools: Mapping[str, Mapping[str, QueueStatus]] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:

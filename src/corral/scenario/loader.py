@@ -17,8 +17,10 @@ from typing import Any, TypeVar
 import yaml
 
 from corral.model import (
+    DEFAULT_POOL,
     LimitBelowDeserved,
     Node,
+    PoolQuota,
     Queue,
     QueueError,
     Resources,
@@ -65,7 +67,9 @@ _QUEUE_FIELDS = (
     "fair_share_half_life",
     "fair_share_k",
     "usage",
+    "pools",
 )
+_POOL_QUOTA_FIELDS = ("deserved", "limit")
 _RESOURCE_FIELDS = ("gpu", "cpu", "memory")
 _WORKLOAD_FIELDS = (
     "name",
@@ -82,6 +86,7 @@ _WORKLOAD_FIELDS = (
     "gpu_group",
     "running_for",
     "since_checkpoint",
+    "node_pools",
 )
 _RUNNING_FIELDS = ("node", "nodes", "gpu_group", "running_for", "since_checkpoint")
 _TASK_GROUP_FIELDS = ("name", "replicas", "gpu", "gpu_memory", "cpu", "memory")
@@ -299,13 +304,54 @@ def _read_queues(value: object) -> tuple[dict[str, Queue], dict[str, float]]:
             reclaim_min_runtime=_given(fields, "reclaim_min_runtime", path, _duration, None),
             fair_share_half_life=_given(fields, "fair_share_half_life", path, _duration, None),
             fair_share_k=_given(fields, "fair_share_k", path, _optional_number, None),
+            pools=_given(fields, "pools", path, _read_pool_quotas, {}),
         )
         _check_limit(queue, f"{path}.limit")
+        for pool, quota in queue.pools.items():
+            pooled = replace(queue, deserved=quota.deserved, limit=quota.limit)
+            _check_limit(pooled, f"{path}.pools.{pool}.limit")
         queues[name] = queue
         if "usage" in fields:
             usage[name] = _share(fields["usage"], f"{path}.usage")
     _check_queue_tree(queues)
     return queues, usage
+
+
+def _read_pool_quotas(value: object, path: str) -> dict[str, PoolQuota]:
+    """`pools`: a queue's deserved quota and limit by node pool."""
+    if not isinstance(value, dict):
+        raise FieldError(path, f"must be a mapping of pool to quota, not {_kind(value)}")
+    quotas: dict[str, PoolQuota] = {}
+    for key, item in value.items():
+        pool = _label_value(key, path)
+        pool_path = f"{path}.{pool}"
+        if pool == DEFAULT_POOL:
+            raise FieldError(
+                pool_path, "the default pool's quota is the queue's own deserved and limit"
+            )
+        fields = _fields(item, pool_path, _POOL_QUOTA_FIELDS)
+        limit = fields.get("limit")
+        quotas[pool] = PoolQuota(
+            deserved=_quota(fields.get("deserved", 0), f"{pool_path}.deserved", gpu_unset=0.0),
+            limit=UNLIMITED
+            if limit is None
+            else _quota(limit, f"{pool_path}.limit", gpu_unset=math.inf),
+        )
+    return quotas
+
+
+def _read_node_pools(value: object, path: str) -> tuple[str, ...]:
+    """`node_pools`: the pools a workload may run in, in order of preference."""
+    listed = _list(value, path)
+    if not listed:
+        raise FieldError(path, "an empty list allows no pool; leave it out to allow any")
+    pools: list[str] = []
+    for index, item in enumerate(listed):
+        pool = _label_value(item, f"{path}[{index}]")
+        if pool in pools:
+            raise FieldError(f"{path}[{index}]", f'"{pool}" is listed twice')
+        pools.append(pool)
+    return tuple(pools)
 
 
 def _check_limit(queue: Queue, path: str) -> None:
@@ -393,6 +439,7 @@ def _read_workload(
         submitted=float(index),
         running_for=_given(fields, "running_for", path, _duration, None),
         since_checkpoint=_given(fields, "since_checkpoint", path, _duration, None),
+        node_pools=_given(fields, "node_pools", path, _read_node_pools, ()),
     )
     status = fields.get("status", "pending")
     if status not in _STATUSES:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from corral.engine import apply_decisions, schedule
-from corral.model import Decisions, Placement
+from corral.model import Decisions, Placement, QueueStatus
 from corral.scenario.types import MAX_CYCLES, UNTIL_STABLE, Scenario
 
 # Amounts are floats; rounding keeps 0.1 + 0.2 from printing as 0.30000000000000004.
@@ -62,16 +62,27 @@ class QueueOutcome:
 class PlanResult:
     """What `plan` found: cycles run, final workload states, every eviction, final queues.
 
-    `workloads` and `queues` keep the scenario's listing order.
+    `workloads` and `queues` keep the scenario's listing order. `pools`, when the scenario
+    uses node pools, gives the queues in each pool.
     """
 
     cycles: int
     workloads: Mapping[str, WorkloadOutcome]
     evictions: tuple[EvictionRecord, ...]
     queues: Mapping[str, QueueOutcome]
+    pools: Mapping[str, Mapping[str, QueueOutcome]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         """The JSON document `corral plan FILE --json` prints, as plain Python values."""
+        document = self._json()
+        if self.pools:
+            document["pools"] = {
+                pool: {name: _queue_json(queue) for name, queue in queues.items()}
+                for pool, queues in self.pools.items()
+            }
+        return document
+
+    def _json(self) -> dict[str, object]:
         return {
             "cycles": self.cycles,
             "workloads": {
@@ -126,17 +137,23 @@ def plan(scenario: Scenario) -> PlanResult:
             workloads[workload.name] = WorkloadOutcome(
                 reason=_pending_reason(workload.name, decisions, evicted_last)
             )
-    queues = {
-        queue.name: QueueOutcome(
+    names = [queue.name for queue in scenario.snapshot.queues]
+    pools = {pool: _outcomes(names, statuses) for pool, statuses in decisions.pools.items()}
+    return PlanResult(cycle, workloads, tuple(evictions), _outcomes(names, decisions.queues), pools)
+
+
+def _outcomes(names: list[str], statuses: Mapping[str, QueueStatus]) -> dict[str, QueueOutcome]:
+    """The queues' GPUs as `statuses` give them, in the scenario's listing order."""
+    return {
+        name: QueueOutcome(
             deserved=status.deserved.gpu,
             fair_share=status.fair_share.gpu,
             allocated=status.allocated.gpu,
             weight=status.weight,
         )
-        for queue in scenario.snapshot.queues
-        if (status := decisions.queues.get(queue.name)) is not None
+        for name in names
+        if (status := statuses.get(name)) is not None
     }
-    return PlanResult(cycle, workloads, tuple(evictions), queues)
 
 
 def _pending_reason(

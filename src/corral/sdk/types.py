@@ -188,6 +188,8 @@ class NodeOut(TypedDict):
     cpu: float
     memory: int
     labels: dict[str, str]
+    # its node pool: its `pool` label, or default
+    pool: str
     schedulable: bool
     state: str
     virtual: bool
@@ -245,6 +247,9 @@ class QueueOut(TypedDict):
     created_at: float
     # rules set on this queue itself, by workload class
     rules: dict[str, RuleOut]
+    # by node pool, while pools are in use: the pools it has quotas in and those the latest cycle
+    # divided
+    pools: dict[str, QueuePoolOut]
 
 
 class QueuePoint(TypedDict):
@@ -253,6 +258,18 @@ class QueuePoint(TypedDict):
     used: float
     # the queue's deserved GPUs now
     deserved: float
+
+
+class QueuePoolOut(TypedDict):
+    """A queue in one node pool: its quota there and, after a cycle, its share of it."""
+
+    deserved: Amounts
+    limit: Amounts
+    # the queue gives a quota for this pool itself (else: its deserved and limit in the default
+    # pool, none in another)
+    own_quota: bool
+    fair_share: Amounts | None
+    allocated: Amounts | None
 
 
 class QueueSeriesOut(TypedDict):
@@ -405,6 +422,7 @@ class WorkloadOut(TypedDict):
     tasks: list[TaskGroupOut]
     min_available: int | None
     node_selector: dict[str, list[str]]
+    node_pools: list[str]
     topology: TopologyOut | None
     command: list[str]
     env: dict[str, str]

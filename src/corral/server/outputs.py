@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from corral.model import Decisions
+from corral.model import Decisions, Queue
 from corral.model.durations import lost_work_phrase
 from corral.model.usage import DecaySetting
 from corral.server.rules import rules_out
@@ -18,6 +18,7 @@ from corral.server.schemas import (
     PlacementOut,
     PortOut,
     QueueOut,
+    QueuePoolOut,
     TaskGroupOut,
     TaskOnNodeOut,
     TopologyOut,
@@ -67,7 +68,26 @@ def queue_out(
         pending_gpu=(max(status.requested.gpu - status.allocated.gpu, 0.0) if status else None),
         created_at=record.created_at,
         rules=rules_out(rules),
+        pools=_pools_out(queue, last),
     )
+
+
+def _pools_out(queue: Queue, last: Decisions | None) -> dict[str, QueuePoolOut]:
+    """The queue in each pool it has a quota in or the latest cycle divided."""
+    divided = last.pools if last else {}
+    names = sorted(set(queue.pools) | set(divided))
+    result = {}
+    for pool in names:
+        quota = queue.quota_in(pool)
+        status = divided.get(pool, {}).get(queue.name)
+        result[pool] = QueuePoolOut(
+            deserved=Amounts.of(quota.deserved),
+            limit=Amounts.of(quota.limit),
+            own_quota=pool in queue.pools,
+            fair_share=Amounts.of(status.fair_share) if status else None,
+            allocated=Amounts.of(status.allocated) if status else None,
+        )
+    return result
 
 
 def workload_out(record: WorkloadRecord) -> WorkloadOut:
@@ -84,6 +104,7 @@ def workload_out(record: WorkloadRecord) -> WorkloadOut:
         tasks=[TaskGroupOut(**vars_of(group)) for group in spec.task_groups],
         min_available=spec.min_available,
         node_selector={key: list(values) for key, values in spec.node_selector.items()},
+        node_pools=list(spec.node_pools),
         topology=(
             TopologyOut(key=spec.topology.key, required=spec.topology.required)
             if spec.topology
@@ -142,6 +163,7 @@ def node_out(record: NodeRecord, readable: Collection[str] | None = None) -> Nod
         cpu=node.cpu,
         memory=node.memory,
         labels=dict(node.labels),
+        pool=node.pool,
         schedulable=node.schedulable,
         state=record.state,
         virtual=record.virtual,

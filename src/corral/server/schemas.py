@@ -14,8 +14,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from corral.model import (
     DEFAULT_GRACE_PERIOD,
+    DEFAULT_POOL,
     Node,
     Placement,
+    PoolQuota,
     Queue,
     Resources,
     TaskGroup,
@@ -42,6 +44,8 @@ LabelKey = Annotated[
     str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$", max_length=63)
 ]
 LabelValue = Annotated[str, Field(max_length=63)]
+# A node pool: the value of a node's `pool` label.
+PoolName = Annotated[str, Field(min_length=1, max_length=63)]
 Memory = Annotated[int | str, Field(description='bytes, or a binary unit: "512MiB", "80GiB"')]
 # Amounts are bounded so that arithmetic never overflows and JSON stays finite.
 Amount = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
@@ -159,6 +163,39 @@ def _weights(value: Weights | float) -> Resources:
     return Resources(float(value), float(value), float(value))
 
 
+class PoolQuotaIn(Body):
+    """A queue's quota in one node pool: GPUs, or a map of gpu, cpu and memory."""
+
+    deserved: Quota | Amount = 0.0
+    limit: Quota | Amount | None = None
+
+    def to_model(self) -> PoolQuota:
+        return PoolQuota(_quota(self.deserved, 0.0), _quota(self.limit, math.inf))
+
+
+def _check_pools(value: dict[str, PoolQuotaIn]) -> dict[str, PoolQuotaIn]:
+    if DEFAULT_POOL in value:
+        raise ValueError(
+            f"{DEFAULT_POOL}: the default pool's quota is the queue's own deserved and limit"
+        )
+    return value
+
+
+PoolQuotas = Annotated[
+    dict[PoolName, PoolQuotaIn],
+    Field(
+        max_length=64,
+        description="deserved and limit by node pool; the queue's own deserved and limit "
+        "are its quota in the default pool",
+    ),
+    AfterValidator(_check_pools),
+]
+
+
+def _pool_models(value: dict[str, PoolQuotaIn] | None) -> dict[str, PoolQuota]:
+    return {pool: quota.to_model() for pool, quota in (value or {}).items()}
+
+
 class QueueIn(Body):
     name: Name
     parent: Name | None = None
@@ -181,6 +218,7 @@ class QueueIn(Body):
         None, description="time-decayed fair share: usage factor k; null inherits (default 1)"
     )
     rules: RulesIn | None = Field(None, description="rules that act on utilisation, by class")
+    pools: PoolQuotas = Field(default_factory=dict)
 
     def to_model(self) -> Queue:
         return Queue(
@@ -194,6 +232,7 @@ class QueueIn(Body):
             reclaim_min_runtime=_optional_seconds(self.reclaim_min_runtime),
             fair_share_half_life=_optional_seconds(self.fair_share_half_life),
             fair_share_k=self.fair_share_k,
+            pools=_pool_models(self.pools),
         )
 
 
@@ -215,6 +254,7 @@ class QueuePatch(Body):
     fair_share_half_life: MinRuntime | None = Field(None, description="null: inherit again")
     fair_share_k: UsageFactor | None = Field(None, description="null: inherit again")
     rules: RulesIn | None = Field(None, description="replaces all the queue's rules; null: none")
+    pools: PoolQuotas | None = Field(None, description="replaces all its pool quotas; null: none")
 
     def changes(self) -> dict[str, Any]:
         changes: dict[str, Any] = {}
@@ -234,6 +274,9 @@ class QueuePatch(Body):
                 changes[field] = _optional_seconds(getattr(self, field))
         if "fair_share_k" in given:
             changes["fair_share_k"] = self.fair_share_k
+
+        if "pools" in given:
+            changes["pools"] = _pool_models(self.pools)
         return changes
 
 
@@ -261,6 +304,19 @@ class WeightsOut(BaseModel):
     @classmethod
     def of(cls, weights: Resources) -> WeightsOut:
         return cls(gpu=weights.gpu, cpu=weights.cpu, memory=weights.memory)
+
+
+class QueuePoolOut(BaseModel):
+    """A queue in one node pool: its quota there and, after a cycle, its share of it."""
+
+    deserved: Amounts
+    limit: Amounts
+    own_quota: bool = Field(
+        description="the queue gives a quota for this pool itself (else: its deserved and "
+        "limit in the default pool, none in another)"
+    )
+    fair_share: Amounts | None
+    allocated: Amounts | None
 
 
 class QueueOut(BaseModel):
@@ -304,6 +360,11 @@ class QueueOut(BaseModel):
     created_at: float
     rules: dict[str, RuleOut] = Field(
         default_factory=dict, description="rules set on this queue itself, by workload class"
+    )
+    pools: dict[str, QueuePoolOut] = Field(
+        default_factory=dict,
+        description="by node pool, while pools are in use: the pools it has quotas in and "
+        "those the latest cycle divided",
     )
 
 
@@ -389,6 +450,11 @@ class WorkloadIn(Body):
         default_factory=dict, max_length=32
     )
     topology: TopologyIn | None = None
+    node_pools: list[PoolName] = Field(
+        default_factory=list,
+        max_length=16,
+        description="node pools it may run in, in order of preference; empty: any pool",
+    )
     command: list[Argument] = Field(default_factory=list, max_length=4096)
     # Names are shell identifiers, so never hold "=" or NUL.
     env: dict[Annotated[str, Field(pattern=ENV_PATTERN, max_length=256)], OsString] = Field(
@@ -480,6 +546,14 @@ class WorkloadIn(Body):
             duration_seconds(value)
         return value
 
+    @field_validator("node_pools")
+    @classmethod
+    def _node_pools(cls, value: list[str]) -> list[str]:
+        twice = sorted({pool for pool in value if value.count(pool) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)}: listed twice")
+        return value
+
     @field_validator("node_selector")
     @classmethod
     def _selector(cls, value: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
@@ -524,6 +598,7 @@ class WorkloadIn(Body):
                 for key, values in self.node_selector.items()
             },
             topology=Topology(self.topology.key, self.topology.required) if self.topology else None,
+            node_pools=tuple(self.node_pools),
             command=tuple(self.command),
             env=dict(self.env),
             secrets=dict(self.secrets),
@@ -616,6 +691,7 @@ class WorkloadOut(BaseModel):
     tasks: list[TaskGroupOut]
     min_available: int | None
     node_selector: dict[str, list[str]]
+    node_pools: list[str] = Field(default_factory=list)
     topology: TopologyOut | None
     command: list[str]
     env: dict[str, str]
@@ -805,6 +881,7 @@ class NodeOut(BaseModel):
     cpu: float
     memory: int
     labels: dict[str, str]
+    pool: str = Field(DEFAULT_POOL, description="its node pool: its `pool` label, or default")
     schedulable: bool
     state: str
     virtual: bool

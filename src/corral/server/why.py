@@ -29,6 +29,8 @@ def explain(store: Store, name: str, readable: Collection[str] | None = None) ->
     for node in sorted(store.list_nodes(), key=lambda n: natural_key(n.node.name)):
         if any(node.node.label(key) not in values for key, values in selector.items()):
             continue
+        if spec.node_pools and node.node.pool not in spec.node_pools:
+            continue
         for task in node.tasks:
             holder = running.get(task.workload)
             if holder is None or holder.name == name:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from corral.model import Node, Placement, Queue, Resources, TaskGroup, Topology
+from corral.model import Node, Placement, PoolQuota, Queue, Resources, TaskGroup, Topology
 from corral.model.arrays import ArrayMember, Dependency
 from corral.model.spec import Device, PortSpec, WorkloadSpec
 from corral.store.records import LostWork, NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
@@ -35,6 +36,8 @@ def fill_queue(row: QueueRow, queue: Queue) -> None:
     row.fair_share_half_life = queue.fair_share_half_life
     row.fair_share_k = queue.fair_share_k
 
+    row.pools = pools_json(queue.pools) or None
+
 
 def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
     """The queue of a row; `names` maps queue ids to names (for the parent)."""
@@ -51,7 +54,33 @@ def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
         reclaim_min_runtime=row.reclaim_min_runtime,
         fair_share_half_life=row.fair_share_half_life,
         fair_share_k=row.fair_share_k,
+        pools=pools_of_json(row.pools),
     )
+
+
+def pools_json(pools: Mapping[str, PoolQuota]) -> dict[str, Any]:
+    """A queue's quotas by pool as JSON (unlimited amounts as null)."""
+    return {
+        pool: {"deserved": _amounts_json(quota.deserved), "limit": _amounts_json(quota.limit)}
+        for pool, quota in pools.items()
+    }
+
+
+def pools_of_json(value: Mapping[str, Any] | None) -> dict[str, PoolQuota]:
+    """A queue's quotas by pool from their JSON."""
+    return {
+        pool: PoolQuota(_amounts_of(quota["deserved"]), _amounts_of(quota["limit"]))
+        for pool, quota in (value or {}).items()
+    }
+
+
+def _amounts_json(amounts: Resources) -> list[float | None]:
+    return [_optional(amounts.gpu), _optional(amounts.cpu), _optional(amounts.memory)]
+
+
+def _amounts_of(value: list[float | None]) -> Resources:
+    gpu, cpu, memory = (_or_inf(amount) for amount in value)
+    return Resources(gpu, cpu, memory)
 
 
 def queue_names(session: Session) -> dict[int, str]:
@@ -141,6 +170,7 @@ def workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> dict[str, A
         "preemptible": spec.preemptible,
         "min_available": spec.min_available,
         "node_selector": {key: list(values) for key, values in spec.node_selector.items()},
+        "node_pools": list(spec.node_pools) or None,
         "topology_key": spec.topology.key if spec.topology else None,
         "topology_required": spec.topology.required if spec.topology else True,
         "command": list(spec.command),
@@ -217,6 +247,7 @@ def spec_of(row: Any, project: str, task_groups: tuple[TaskGroup, ...]) -> Workl
         min_available=row.min_available,
         node_selector={key: tuple(values) for key, values in row.node_selector.items()},
         topology=Topology(row.topology_key, row.topology_required) if row.topology_key else None,
+        node_pools=tuple(row.node_pools or ()),
         command=tuple(row.command),
         env=dict(row.env),
         secrets=dict(row.secrets or {}),

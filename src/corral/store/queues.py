@@ -129,6 +129,13 @@ def _check_quota(queue: Queue) -> None:
         check_quota(queue)
     except QueueError as error:
         raise Invalid(error.field, error.message) from None
+    for pool, quota in queue.pools.items():
+        try:
+            check_quota(replace(queue, deserved=quota.deserved, limit=quota.limit))
+        except QueueError as error:
+            # Named as the request names it: pools.POOL.limit.gpu.
+            *within, field = error.field.split(".")
+            raise Invalid(field, error.message, ("pools", pool, *within)) from None
 
 
 def _check_no_cycle(session: Session, updated: Queue, names: dict[int, str]) -> None:

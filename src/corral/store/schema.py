@@ -60,6 +60,8 @@ class QueueRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     # Rules that act on utilisation, by workload class (corral.store.rules); NULL for none.
     rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Quotas by node pool (convert.pools_json); NULL for none.
+    pools: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     parent: Mapped[QueueRow | None] = relationship(remote_side=[id])
 
@@ -121,6 +123,8 @@ class WorkloadRow(Base):
     preemptible: Mapped[bool] = mapped_column(Boolean)
     min_available: Mapped[int | None] = mapped_column(Integer)
     node_selector: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Node pools in order of preference; NULL (or empty): any pool.
+    node_pools: Mapped[list[Any] | None] = mapped_column(JSON)
     topology_key: Mapped[str | None] = mapped_column(String(NAME))
     topology_required: Mapped[bool] = mapped_column(Boolean, default=True)
     command: Mapped[list[Any]] = mapped_column(JSON, default=list)

@@ -33,6 +33,7 @@ from corral.server.outputs import vars_of, workload_out
 from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
 from corral.server.why import explain
 from corral.server.why_depth import deepen
+from corral.server.why_pools import deepen_by_pool
 from corral.store import STATUSES, Conflict, Invalid, NotFound, Store, WorkloadRecord
 from corral.store.idempotency import Idempotency, Replayed
 
@@ -268,4 +269,8 @@ def why(name: str, current: User, store: StoreDep, loop: LoopDep) -> WhyOut:
     record = visible_workload(store, current, name)
     plain = explain(store, name, readable_projects(current))
     queues = [queue.queue for queue in store.list_queues()]
-    return deepen(plain, record.spec, queues, loop.last)
+    last = loop.last
+    if last is None or not last.pools:
+        return deepen(plain, record.spec, queues, last)
+    pools = {node.node.name: node.node.pool for node in store.list_nodes()}
+    return deepen_by_pool(plain, record.spec, queues, last, pools)

@@ -5,9 +5,10 @@
 
 Exec: the server asks the task's agent to run the command beside the task (see
 corral.agent.exec): an agent in this process hands over the session's fds; a Ray node's
-agent serves them on its node's relay (corral.server.exec_remote). Frames to the client are binary, the first byte saying which stream
-(1 stdout or the terminal, 2 stderr), and a last text frame `{"exit": CODE}`. Frames from
-the client are binary (its input) or text: `{"resize": [ROWS, COLS]}`, `{"eof": true}`.
+agent serves them on its node's relay (corral.server.exec_remote). Frames to the client
+are binary, the first byte saying which stream (1 stdout or the terminal, 2 stderr), and
+a last text frame `{"exit": CODE}`. Frames from the client are binary (its input) or
+text: `{"resize": [ROWS, COLS]}`, `{"eof": true}`.
 Port-forward: binary frames carry the bytes of one TCP connection to the declared port.
 
 Everything is refused before the WebSocket is accepted and before anything starts: an

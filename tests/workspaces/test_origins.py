@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,3 +208,17 @@ def test_in_chromium_a_workspace_page_cannot_reach_another(
     )
     assert results == {"cookie": "", "other": "refused", "api": "refused"}, results
     page.close()
+
+
+def test_a_bad_workspace_domain_is_refused_before_starting(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    corral = str(Path(sys.executable).with_name("corral"))
+    done = subprocess.run(
+        [corral, "up", "--workspace-domain", "ws.exa mple", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--workspace-domain: 'ws.exa mple' is not a domain name" in done.stderr
+    assert not data.exists()

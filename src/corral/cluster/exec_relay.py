@@ -111,19 +111,21 @@ class SessionRelay:
         """The listener and its loop, at the first session (an agent that never runs a
         command opens no port)."""
         loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="corral-exec-relay", daemon=True)
+        thread.start()
+        # Started on its own loop's thread: the caller's thread may run a loop of its own.
+        starting = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, self.host, 0, limit=2 * MAX_FRAME), loop
+        )
         try:
-            server = loop.run_until_complete(
-                asyncio.start_server(self._serve, self.host, 0, limit=2 * MAX_FRAME)
-            )
+            server = starting.result(timeout=10)
         except BaseException:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
             loop.close()
             raise
-        self._loop, self._server = loop, server
+        self._loop, self._server, self._thread = loop, server, thread
         self.port = int(server.sockets[0].getsockname()[1])
-        self._thread = threading.Thread(
-            target=loop.run_forever, name="corral-exec-relay", daemon=True
-        )
-        self._thread.start()
 
     def offer(self, session: ExecSession) -> Ticket:
         """Keep `session` until the server claims it with the returned ticket (killed
@@ -220,11 +222,25 @@ class SessionRelay:
             loop, server = self._loop, self._server
         for session in doomed:
             self._release(session)
-        if loop is not None and server is not None:
-            loop.call_soon_threadsafe(server.close)
-            loop.call_soon_threadsafe(loop.stop)
+        if loop is None or server is None:
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(_shut(server), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if not loop.is_running():
+            loop.close()
+
+
+async def _shut(server: asyncio.Server) -> None:
+    """Stop listening and end every connection's relay (their sessions are released)."""
+    server.close()
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=5)
 
 
 async def _relay(

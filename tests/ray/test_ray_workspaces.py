@@ -186,7 +186,8 @@ def test_shell_is_driven_through_a_pty(site: Site, web: str) -> None:
 
 
 @contextlib.contextmanager
-def forwarding(site: Site, spec: str, local: int) -> Iterator[subprocess.Popen[bytes]]:
+def forwarding(site: Site, spec: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`corral port-forward web SPEC` as alice, and the local port it printed."""
     forward = subprocess.Popen(
         [CORRAL, "port-forward", "web", spec],
         env=site.env("alice"),
@@ -194,24 +195,29 @@ def forwarding(site: Site, spec: str, local: int) -> Iterator[subprocess.Popen[b
         stderr=subprocess.PIPE,
     )
     try:
-        yield forward
+        assert forward.stderr is not None
+        line = forward.stderr.readline().decode()
+        assert line.startswith("Forwarding 127.0.0.1:"), line
+        yield forward, int(line.split()[1].rpartition(":")[2])
     finally:
         forward.terminate()
         forward.wait(timeout=10)
 
 
 def test_port_forward_carries_an_http_request(site: Site, web: str) -> None:
-    local = free_port()
-    with forwarding(site, f"{local}:main", local) as forward:
+    """To `main` by name, then by its number on the node, from any free local port."""
+    number = site.cli("exec", "web", "--", "/bin/sh", "-c", 'echo "$CORRAL_PORT"').stdout.strip()
+    for spec in (f"{free_port()}:main", f":{number}"):
+        with forwarding(site, spec) as (forward, local):
 
-        def answer() -> httpx.Response | None:
-            assert forward.poll() is None, forward.communicate()
-            with contextlib.suppress(httpx.HTTPError):
-                return httpx.get(f"http://127.0.0.1:{local}/", timeout=5, trust_env=False)
-            return None
+            def answer() -> httpx.Response | None:
+                assert forward.poll() is None, forward.communicate()
+                with contextlib.suppress(httpx.HTTPError):
+                    return httpx.get(f"http://127.0.0.1:{local}/", timeout=5, trust_env=False)
+                return None
 
-        found = wait_until(answer, 30, "the forwarded port to answer")
-        assert found.status_code == 200 and "Directory listing" in found.text
+            found = wait_until(answer, 30, "the forwarded port to answer")
+            assert found.status_code == 200 and "Directory listing" in found.text
 
 
 def test_stopping_the_workload_closes_every_session(site: Site) -> None:

@@ -33,11 +33,14 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corral.agent import Agent
 from corral.agent.exec import ExecSession
 from corral.agent.fdio import read_fd, write_fd
+
+if TYPE_CHECKING:
+    # The server imports this module for the protocol; it needs no agent.
+    from corral.agent import Agent
 
 log = logging.getLogger("corral.exec_relay")
 

@@ -10,9 +10,13 @@ from collections.abc import Iterator
 import pytest
 from raycorral import RayNodes, RayServer, free_port, kill_everything_of
 
+# The worker nodes of a module's cluster, (name, rack) each; a module that needs fewer
+# sets RAY_WORKERS (every node is a Ray process, and the machine has few cores).
+WORKERS = (("a", "r1"), ("b", "r2"), ("c", "r2"))
+
 
 @pytest.fixture(scope="module")
-def ray_nodes() -> Iterator[RayNodes]:
+def ray_nodes(request: pytest.FixtureRequest) -> Iterator[RayNodes]:
     """A head and worker nodes a (rack r1), b and c (rack r2), shared by a module."""
     import ray
     from ray.cluster_utils import Cluster
@@ -32,9 +36,8 @@ def ray_nodes() -> Iterator[RayNodes]:
     )
     nodes = RayNodes(cluster)
     try:
-        nodes.add("a", "r1")
-        nodes.add("b", "r2")
-        nodes.add("c", "r2")
+        for name, rack in getattr(request.module, "RAY_WORKERS", WORKERS):
+            nodes.add(name, rack)
         connect(cluster.address, 30)
         yield nodes
     finally:

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -111,25 +112,53 @@ def test_shell_is_driven_through_a_pty(corral: Server, web: str) -> None:
 
 def test_port_forward_carries_an_http_request(corral: Server, web: str) -> None:
     local = free_port()
+    with forwarding(corral, f"{local}:main") as forward:
+        found = wait_until(lambda: answer(forward, local), 30, "the forwarded port to answer")
+        assert found.status_code == 200 and "Directory listing" in found.text
+
+
+def test_port_forward_by_number_to_any_free_local_port(corral: Server, web: str) -> None:
+    """`:REMOTE`, REMOTE the number of a declared port on the node: a free local port,
+    printed; a number no declared port has is refused, naming the declared ones."""
+    number = corral.cli("exec", "web", "--", "/bin/sh", "-c", 'echo "$CORRAL_PORT"')
+    assert number.returncode == 0, number.stderr
+    remote = number.stdout.strip()
+    with forwarding(corral, f":{remote}") as forward:
+        assert forward.stderr is not None
+        line = forward.stderr.readline().decode()
+        assert line.startswith("Forwarding 127.0.0.1:") and line.endswith(f"-> web:{remote}\n")
+        local = int(line.split()[1].rpartition(":")[2])
+        assert local > 0
+        found = wait_until(lambda: answer(forward, local), 30, "the forwarded port to answer")
+        assert found.status_code == 200 and "Directory listing" in found.text
+    other = str(int(remote) + 1 if int(remote) < 65535 else int(remote) - 1)
+    refused = corral.cli("port-forward", "web", f"{free_port()}:{other}", who="alice")
+    assert refused.returncode != 0
+    assert f"404: workload web declares no port on number '{other}'" in refused.stderr
+    assert f"(its ports: main on {remote})" in refused.stderr
+
+
+@contextlib.contextmanager
+def forwarding(corral: Server, spec: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`corral port-forward web SPEC` as alice, until the block ends."""
     forward = subprocess.Popen(
-        [CORRAL, "port-forward", "web", f"{local}:main"],
+        [CORRAL, "port-forward", "web", spec],
         env=corral.cli_env("alice"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     try:
-
-        def answer() -> httpx.Response | None:
-            assert forward.poll() is None, forward.communicate()
-            with contextlib.suppress(httpx.HTTPError):
-                return httpx.get(f"http://127.0.0.1:{local}/", timeout=5, trust_env=False)
-            return None
-
-        found = wait_until(answer, 30, "the forwarded port to answer")
-        assert found.status_code == 200 and "Directory listing" in found.text
+        yield forward
     finally:
         forward.terminate()
         forward.wait(timeout=10)
+
+
+def answer(forward: subprocess.Popen[bytes], local: int) -> httpx.Response | None:
+    assert forward.poll() is None, forward.communicate()
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"http://127.0.0.1:{local}/", timeout=5, trust_env=False)
+    return None
 
 
 def test_stopping_the_workload_closes_every_session(corral: Server) -> None:

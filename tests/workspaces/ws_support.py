@@ -108,12 +108,12 @@ class Server:
         return result
 
 
-def start_server(data_dir: Path) -> Server:
-    """`corral up --virtual-gpus 2` on a free port with its own data directory."""
+def start_server(data_dir: Path, *extra: str) -> Server:
+    """`corral up --virtual-gpus 2 EXTRA...` on a free port with its own data directory."""
     port = free_port()
     log = data_dir.parent / f"{data_dir.name}-up.log"
     as_root = ["--admin-unix-user", "root"] if os.geteuid() == 0 else []
-    more = ["--port", str(port), *as_root]
+    more = ["--port", str(port), *as_root, *extra]
     with open(log, "wb") as handle:
         # A session of its own, so that teardown kills its group and nothing else.
         process = subprocess.Popen(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import pty
 import signal
@@ -51,6 +52,26 @@ class ExecSession:
             return
         with contextlib.suppress(OSError):
             os.close(self.input)
+
+    def control(self, text: str) -> None:
+        """A client's control message, `{"resize": [ROWS, COLS]}` or `{"eof": true}`;
+        what cannot be read is ignored."""
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        size = message.get("resize")
+        if isinstance(size, list) and len(size) == 2 and all(type(n) is int for n in size):
+            self.resize(size[0], size[1])
+        if message.get("eof") is True:
+            self.end_input()
+
+    def exit_code(self) -> int:
+        """Wait for the command's end: its exit code, 128 + N when killed by signal N."""
+        code = self.process.wait()
+        return 128 - code if code < 0 else code
 
     def kill(self) -> None:
         """Stop the whole process group at once: the session is over."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -149,27 +150,63 @@ def shell_command(
     raise typer.Exit(code)
 
 
-def _parse_forward(text: str) -> tuple[int, str]:
+# A declared port's name (as the server's schema has it): it starts with a letter.
+PORT_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+FORWARD_FORMS = (
+    "LOCAL:REMOTE (8888:8888, 8888:main), PORT (8888, the same on both sides) "
+    "or :REMOTE (any free local port)"
+)
+
+
+def parse_forward(text: str) -> tuple[int, str]:
+    """A port-forward's LOCAL:REMOTE, as kubectl reads it: `8888:8888`, `8888` (the same
+    port on both sides), `:8888` (any free local port, 0). REMOTE is a declared port's
+    name or its number on the node. InvalidInput naming what is wrong."""
     local, sep, remote = text.partition(":")
-    if not sep or not local.isdigit() or not remote or not 0 <= int(local) <= 65535:
-        raise InvalidInput(f"{text!r}: give LOCAL:PORT, e.g. 8888:main (a declared port)")
-    return int(local), remote
+    if not sep:
+        if PORT_NAME.match(text):
+            raise InvalidInput(f"{text!r}: a port name needs a local port: LOCAL:{text} or :{text}")
+        local = remote = text
+    if not remote:
+        raise InvalidInput(f"{text!r}: REMOTE is missing; give {FORWARD_FORMS}")
+    if ":" in remote:
+        raise InvalidInput(f"{text!r}: one colon at most; give {FORWARD_FORMS}")
+    if local and not (local.isdigit() and int(local) <= 65535):
+        raise InvalidInput(f"{text!r}: LOCAL must be a port number from 0 to 65535")
+    if remote.isdigit():
+        if not 1 <= int(remote) <= 65535:
+            raise InvalidInput(f"{text!r}: REMOTE must be a port number from 1 to 65535")
+        remote = str(int(remote))
+    elif not PORT_NAME.match(remote):
+        raise InvalidInput(
+            f"{text!r}: REMOTE must be a port number or a declared port's name "
+            "(lowercase letters, digits and -, starting with a letter)"
+        )
+    return int(local or 0), remote
 
 
 def port_forward_command(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The workload.")],
-    mapping: Annotated[str, typer.Argument(help="LOCAL:PORT; PORT a declared name or number.")],
+    mapping: Annotated[
+        str,
+        typer.Argument(
+            help="LOCAL:REMOTE, PORT or :REMOTE; REMOTE a declared port's name or its number "
+            "on the node; no LOCAL: any free port."
+        ),
+    ],
     address: Annotated[str, typer.Option("--address", help="Where to listen.")] = "127.0.0.1",
 ) -> None:
     """Forward a local port to a declared port of the workload's task, until interrupted."""
     with reported_errors(ctx):
-        local, remote = _parse_forward(mapping)
-        port = _resolve_port(name, remote)
+        local, port = parse_forward(mapping)
         # Refused here (unknown workload, outsider, undeclared port) before listening.
         with open_socket(_forward_path(name, port)):
             pass
-        listener = socket.create_server((address, local))
+        try:
+            listener = socket.create_server((address, local))
+        except OSError as error:
+            raise CliError(f"cannot listen on {address}:{local}: {error.strerror}") from None
         typer.echo(f"Forwarding {address}:{listener.getsockname()[1]} -> {name}:{port}", err=True)
         signal.signal(signal.SIGTERM, _interrupt)
         try:
@@ -188,22 +225,6 @@ def _interrupt(number: int, frame: FrameType | None) -> None:
 
 def _forward_path(name: str, port: str) -> str:
     return f"/workloads/{quote(name, safe='')}/ports/{quote(port, safe='')}/forward"
-
-
-def _resolve_port(name: str, remote: str) -> str:
-    """A declared port's name, from its name or its number on the node."""
-    if not remote.isdigit():
-        return remote
-    from corral.cli.config import connect as api
-
-    with api() as client:
-        found = client.get_workload(name)
-    declared = [p["name"] for p in found["ports"]]
-    if remote in declared:
-        return remote
-    raise InvalidInput(
-        f"{remote}: give a declared port of {name} by name ({', '.join(declared) or 'none'})"
-    )
 
 
 def _forward(client: socket.socket, name: str, port: str) -> None:

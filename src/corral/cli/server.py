@@ -14,6 +14,7 @@ from corral.cli.ray_options import (
     RayAddress,
     ray_options,
 )
+from corral.cli.workspace_domain import WorkspaceDomain, use_workspace_domain
 
 
 def server_command(
@@ -47,6 +48,7 @@ def server_command(
     loss_timeout: LossTimeout = 10.0,
     fence_timeout: FenceTimeout = 4.0,
     agent_dir: AgentDir = "~/.local/share/corral-agent",
+    workspace_domain: WorkspaceDomain = None,
     admin_unix_user: Annotated[
         str | None,
         typer.Option(
@@ -65,6 +67,7 @@ def server_command(
     with reported_errors(ctx):
         if checkpoint_root is not None and ray is None:
             raise CliError("--checkpoint-root needs --ray: corral server alone runs no task")
+        use_workspace_domain(workspace_domain)
         options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
         try:
             serve(

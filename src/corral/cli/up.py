@@ -14,6 +14,7 @@ from corral.cli.ray_options import (
     RayAddress,
     ray_options,
 )
+from corral.cli.workspace_domain import WorkspaceDomain, use_workspace_domain
 
 
 def up_command(
@@ -73,6 +74,7 @@ def up_command(
     loss_timeout: LossTimeout = 10.0,
     fence_timeout: FenceTimeout = 4.0,
     agent_dir: AgentDir = "~/.local/share/corral-agent",
+    workspace_domain: WorkspaceDomain = None,
 ) -> None:
     """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
     With --ray, the server and an agent on every node of a Ray cluster."""
@@ -101,6 +103,7 @@ def up_command(
         )
         raise typer.Exit(EXIT_INVALID)
     with reported_errors(ctx):
+        use_workspace_domain(workspace_domain)
         options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
         try:
             up(

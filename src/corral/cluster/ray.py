@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corral.cluster.exec_relay import Ticket, ticket_of
 from corral.cluster.ray_agent import NodeAgent
 from corral.messages import Reports, TaskLaunch, TaskStop
 from corral.model import Node
@@ -56,6 +57,8 @@ HEARTBEAT_EVERY = 2.0
 # Calls an agent actor serves at once: a waiting drain, and starts, stops and port
 # requests beside it.
 AGENT_CONCURRENCY = 4
+# Seconds an exec session's actor call may take (it starts the command).
+SESSION_TIMEOUT = 15.0
 
 
 def connect(address: str, timeout: float = 30.0) -> None:
@@ -246,6 +249,24 @@ class RayCluster:
         port: int = ray.get(agent.handle.free_port.remote(), timeout=10)
         return agent.address, port
 
+    def open_remote_session(
+        self, node: str, workload: str, task: int, command: list[str], tty: bool
+    ) -> Ticket:
+        """Run a command beside a task on `node`: its agent starts it and returns where
+        the server connects to its streams (see corral.cluster.exec_relay). LookupError
+        when the task does not run there, ValueError when the command cannot start,
+        RuntimeError when the agent does not answer or cannot relay it."""
+        with self._lock:
+            agent = self._by_name.get(node)
+        if agent is None or not agent.registered:
+            raise LookupError(f"node {node} has no agent")
+        try:
+            call = agent.handle.open_session.remote(workload, task, command, tty)
+            answer = ray.get(call, timeout=SESSION_TIMEOUT)
+        except (ray.exceptions.RayError, AttributeError) as error:
+            raise RuntimeError(f"the agent of {node} did not open the session: {error}") from None
+        return ticket_of(answer)
+
     def agents(self) -> dict[str, str]:
         """The registered agents: corral node name -> Ray node id."""
         with self._lock:
@@ -358,6 +379,7 @@ class RayCluster:
             self.fence_timeout,
             virtual,
             workloads_root=str(self.checkpoint_root) if self.checkpoint_root else None,
+            address=node.get("NodeManagerAddress", "127.0.0.1"),
         )
         return _Agent(
             node_id,

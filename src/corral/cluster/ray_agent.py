@@ -32,6 +32,7 @@ from typing import Any
 
 from corral.agent import Agent, discover
 from corral.agent.process import TaskProcess
+from corral.cluster.exec_relay import SessionRelay, open_relayed
 from corral.messages import TaskLaunch, TaskStop
 from corral.model import GIB
 from corral.model.telemetry import Sample
@@ -125,6 +126,7 @@ class NodeAgent:
         workloads_root: str | None = None,
         virtual_model: str = "virtual",
         virtual_memory: int = 80 * GIB,
+        address: str = "127.0.0.1",
     ) -> None:
         self.name = name
         self.data_dir = Path(os.path.expanduser(agent_root)) / name
@@ -142,8 +144,15 @@ class NodeAgent:
         # Each workload's own directory (its checkpoints among them) under storage every
         # node sees when the server names one, so that a moved workload finds it.
         workloads = Path(workloads_root) if workloads_root else None
+        # `address` is the node's as the server registers it: tasks' ports and the exec
+        # relay listen there.
         self.agent = _FencedAgent(
-            name, self.data_dir, self.buffer, devices=devices, workloads_dir=workloads
+            name,
+            self.data_dir,
+            self.buffer,
+            devices=devices,
+            workloads_dir=workloads,
+            address=address,
         )
         self.agent.lease = self.lease
         self.agent.fence_timeout = fence_timeout
@@ -154,6 +163,7 @@ class NodeAgent:
         self._offsets: dict[tuple[str, int], int] = {}
         self._ended: set[tuple[str, int]] = set()
         self._ports: dict[int, float] = {}
+        self._relay: SessionRelay | None = None
 
     def _renew(self) -> None:
         """The server was heard from: renew the lease the launchers watch."""
@@ -270,7 +280,20 @@ class NodeAgent:
                 self._ended.discard(key)
         return chunks
 
+    def open_session(
+        self, workload: str, task: int, command: list[str], tty: bool
+    ) -> dict[str, Any]:
+        """`corral exec` beside a task of this node: where and with which one-time secret
+        the server connects to its streams (see corral.cluster.exec_relay)."""
+        with self._lock:
+            if self._relay is None:
+                self._relay = SessionRelay(self.agent.address, self.agent.sessions.forget)
+            relay = self._relay
+        return open_relayed(self.agent, relay, workload, task, command, tty)
+
     def close(self) -> None:
         """Stop watching; the tasks keep running (and keep their lease only while a new
         agent renews it)."""
+        if self._relay is not None:
+            self._relay.close()
         self.agent.close()

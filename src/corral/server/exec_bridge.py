@@ -4,9 +4,11 @@
     /api/v1/workloads/NAME/ports/PORT/forward
 
 Exec: the server asks the task's agent to run the command beside the task (see
-corral.agent.exec). Frames to the client are binary, the first byte saying which stream
-(1 stdout or the terminal, 2 stderr), and a last text frame `{"exit": CODE}`. Frames from
-the client are binary (its input) or text: `{"resize": [ROWS, COLS]}`, `{"eof": true}`.
+corral.agent.exec): an agent in this process hands over the session's fds; a Ray node's
+agent serves them on its node's relay (corral.server.exec_remote). Frames to the client
+are binary, the first byte saying which stream (1 stdout or the terminal, 2 stderr), and
+a last text frame `{"exit": CODE}`. Frames from the client are binary (its input) or
+text: `{"resize": [ROWS, COLS]}`, `{"eof": true}`.
 Port-forward: binary frames carry the bytes of one TCP connection to the declared port.
 
 Everything is refused before the WebSocket is accepted and before anything starts: an
@@ -18,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import logging
-import os
 from typing import Any
 
 from fastapi import APIRouter, WebSocket
@@ -29,7 +29,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
 from corral.agent.exec import ExecSession
+from corral.agent.fdio import read_fd, write_fd
 from corral.server.deps import API
+from corral.server.exec_remote import bridge_relayed, open_relayed
 from corral.server.proxy import deny, until_one_ends
 from corral.server.workspace_access import (
     Refused,
@@ -84,23 +86,30 @@ def _command(websocket: WebSocket) -> tuple[list[str], bool, int]:
 async def exec_entry(websocket: WebSocket, name: str) -> None:
     """Run a command beside a running task, its streams over this WebSocket."""
     cluster = websocket.app.state.background.cluster
+    # Agents in this process hand over their session's fds; others (Ray nodes') offer
+    # it on their node's relay.
+    local = getattr(cluster, "open_session", None) is not None
+    remote = getattr(cluster, "open_remote_session", None)
     try:
         command, tty, task = _command(websocket)
         _, target = await _enter(websocket, name, task)
-        opener = getattr(cluster, "open_session", None)
-        if opener is None:
-            raise Refused(501, "exec needs agents in the server's process (not yet over Ray)")
-        try:
-            session: ExecSession = await run_in_threadpool(
-                opener, target.node, name, task, command, tty
-            )
-        except LookupError as error:
-            raise Refused(409, str(error)) from None
-        except (OSError, ValueError) as error:
-            detail = error.strerror if isinstance(error, OSError) and error.strerror else error
-            raise Refused(400, f"cannot start {command[0]!r}: {detail}") from None
+        assert target.node is not None
+        if local:
+            session = await _open_local(cluster, target, name, task, command, tty)
+        elif remote is not None:
+            relayed = await open_relayed(remote, target.node, name, task, command, tty)
+        else:
+            raise Refused(501, "this server has no agents to run commands on")
     except Refused as error:
         await deny(websocket, error)
+        return
+    if not local:
+        try:
+            await websocket.accept()
+        except BaseException:
+            await relayed.close()
+            raise
+        await bridge_relayed(websocket, relayed)
         return
     try:
         await websocket.accept()
@@ -110,48 +119,20 @@ async def exec_entry(websocket: WebSocket, name: str) -> None:
         cluster.forget_session(target.node, session)
 
 
-async def _read(fd: int) -> bytes:
-    """Up to CHUNK bytes from a non-blocking fd, waiting on the event loop; b"" at its end
-    (a terminal whose last process is gone reads EIO)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        try:
-            return os.read(fd, CHUNK)
-        except BlockingIOError:
-            pass
-        except OSError as error:
-            if error.errno in (errno.EIO, errno.EBADF):
-                return b""
-            raise
-        ready: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(fd, _wake, ready)
-        try:
-            await ready
-        finally:
-            loop.remove_reader(fd)
-
-
-def _wake(ready: asyncio.Future[None]) -> None:
-    if not ready.done():
-        ready.set_result(None)
-
-
-async def _write(fd: int, data: bytes) -> None:
-    """All of `data` to a non-blocking fd, waiting on the event loop when it is full."""
-    loop = asyncio.get_running_loop()
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-            continue
-        except BlockingIOError:
-            pass
-        ready: asyncio.Future[None] = loop.create_future()
-        loop.add_writer(fd, _wake, ready)
-        try:
-            await ready
-        finally:
-            loop.remove_writer(fd)
+async def _open_local(
+    cluster: Any, target: Target, name: str, task: int, command: list[str], tty: bool
+) -> ExecSession:
+    """A session of an agent in the server's process; Refused when it cannot start."""
+    try:
+        session: ExecSession = await run_in_threadpool(
+            cluster.open_session, target.node, name, task, command, tty
+        )
+    except LookupError as error:
+        raise Refused(409, str(error)) from None
+    except (OSError, ValueError) as error:
+        detail = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise Refused(400, f"cannot start {command[0]!r}: {detail}") from None
+    return session
 
 
 async def _bridge(websocket: WebSocket, session: ExecSession) -> None:
@@ -159,7 +140,7 @@ async def _bridge(websocket: WebSocket, session: ExecSession) -> None:
     goes away (then the session is killed by the caller)."""
 
     async def pump(fd: int, tag: bytes) -> None:
-        while data := await _read(fd):
+        while data := await read_fd(fd):
             await websocket.send_bytes(tag + data)
 
     async def inbound() -> None:
@@ -169,9 +150,9 @@ async def _bridge(websocket: WebSocket, session: ExecSession) -> None:
                 return
             if message.get("bytes") is not None:
                 with contextlib.suppress(OSError):
-                    await _write(session.input, message["bytes"])
+                    await write_fd(session.input, message["bytes"])
             elif message.get("text") is not None:
-                _control(session, message["text"])
+                session.control(message["text"])
 
     pumps = [asyncio.ensure_future(pump(session.output, STDOUT))]
     if session.errors is not None:
@@ -182,8 +163,7 @@ async def _bridge(websocket: WebSocket, session: ExecSession) -> None:
         done, _ = await asyncio.wait({outputs, listener}, return_when=asyncio.FIRST_COMPLETED)
         if listener in done:
             return
-        code = await run_in_threadpool(session.process.wait)
-        code = 128 - code if code < 0 else code
+        code = await run_in_threadpool(session.exit_code)
         await websocket.send_text(json.dumps({"exit": code}))
         await websocket.close(1000)
     except WebSocketDisconnect:
@@ -194,21 +174,6 @@ async def _bridge(websocket: WebSocket, session: ExecSession) -> None:
         for future in (*pumps, listener):
             with contextlib.suppress(BaseException):
                 await future
-
-
-def _control(session: ExecSession, text: str) -> None:
-    """A control message from the client; what it cannot read is ignored."""
-    try:
-        message: Any = json.loads(text)
-    except ValueError:
-        return
-    if not isinstance(message, dict):
-        return
-    size = message.get("resize")
-    if isinstance(size, list) and len(size) == 2 and all(isinstance(n, int) for n in size):
-        session.resize(size[0], size[1])
-    if message.get("eof") is True:
-        session.end_input()
 
 
 @router.websocket("/workloads/{name}/ports/{port}/forward")

@@ -24,6 +24,7 @@ from fastapi import APIRouter, FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -36,6 +37,12 @@ from corral.server.workspace_access import (
     forget_target,
     route,
     same_origin,
+)
+from corral.server.workspace_origins import (
+    SCOPE_KEY,
+    SESSION_COOKIE,
+    WorkspaceHosts,
+    WorkspaceOrigins,
 )
 from corral.store import Store
 
@@ -72,6 +79,32 @@ WS_QUEUE = 16
 ACTIVITY_EVERY = 10.0
 
 router = APIRouter(include_in_schema=False)
+# corral's cookies, never passed to a workload nor set by one.
+OURS = (COOKIE, SESSION_COOKIE)
+
+
+def _credentials(connection: HTTPConnection) -> tuple[str | None, bool]:
+    """The token of a request, and whether a cookie carried it: on the server's host the
+    login cookie, on a workspace's own host that host's session cookie (see
+    corral.server.workspace_origins); a bearer token on either."""
+    workload = connection.scope.get(SCOPE_KEY)
+    if workload is None:
+        return credentials(connection.headers, connection.cookies)
+    token, _ = credentials(connection.headers, {})
+    if token:
+        return token, False
+    origins: WorkspaceOrigins = connection.app.state.workspace_origins
+    found = origins.session_token(connection.cookies.get(SESSION_COOKIE), workload)
+    return found, found is not None
+
+
+def _elsewhere(connection: HTTPConnection, by_cookie: bool) -> WorkspaceOrigins | None:
+    """The workspace domain, when a browser (its cookie) asks the server's host for a
+    workspace that has an origin of its own."""
+    origins: WorkspaceOrigins | None = connection.app.state.workspace_origins
+    if origins is None or not by_cookie or SCOPE_KEY in connection.scope:
+        return None
+    return origins
 
 
 class Activity:
@@ -99,7 +132,8 @@ def _store(app: FastAPI) -> Store:
 
 
 def _refusal(error: Refused, request: Request, from_browser: bool) -> Response:
-    if error.status == 401 and from_browser:
+    # A workspace's own host has no login page: its users come from the server's host.
+    if error.status == 401 and from_browser and SCOPE_KEY not in request.scope:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
     return JSONResponse({"detail": error.detail}, status_code=error.status)
@@ -116,7 +150,7 @@ def _upstream_cookies(header: str | None) -> str | None:
     kept = [
         part.strip()
         for part in header.split(";")
-        if part.strip() and part.strip().split("=", 1)[0].strip() != COOKIE
+        if part.strip() and part.strip().split("=", 1)[0].strip() not in OURS
     ]
     return "; ".join(kept) or None
 
@@ -129,7 +163,7 @@ def _sets_our_cookie(value: str) -> bool:
     except Exception:
         # What we cannot read we do not pass on.
         return True
-    return COOKIE in parsed
+    return any(name in parsed for name in OURS)
 
 
 def _response_headers(upstream: httpx.Response, target: Route) -> list[tuple[str, str]]:
@@ -155,15 +189,25 @@ def _response_headers(upstream: httpx.Response, target: Route) -> list[tuple[str
 async def proxy_http(request: Request, name: str, rest: str) -> Response:
     """One HTTP request through to the workload's port, streamed both ways."""
     store = _store(request.app)
-    token, by_cookie = credentials(request.headers, request.cookies)
+    token, by_cookie = _credentials(request)
     try:
         user = await authenticate(store, token)
         request.state.user = user
         if by_cookie and not same_origin(request.headers):
             raise Refused(403, "cross-site request refused")
         target, path = await route(store, user, name, rest, request.scope.get("raw_path"))
+        origins = _elsewhere(request, by_cookie)
+        if origins is not None and request.method not in ("GET", "HEAD"):
+            raise Refused(403, f"workspace {name} is served at its own origin only")
     except Refused as error:
         return _refusal(error, request, _browser(request))
+    if origins is not None:
+        assert token is not None
+        wanted = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        entry = origins.entry_url(
+            request.headers.get("host", ""), request.url.scheme, token, name, wanted
+        )
+        return origins.handoff(entry)
     await request.app.state.activity.touch(target.target.workload)
     headers = [(key, value) for key, value in request.headers.items() if key.lower() not in HOP]
     cookies = _upstream_cookies(request.headers.get("cookie"))
@@ -218,11 +262,13 @@ async def proxy_websocket(websocket: WebSocket, name: str, rest: str) -> None:
     """A WebSocket through to the workload's port: messages relayed both ways until one
     side closes."""
     store = _store(websocket.app)
-    token, _ = credentials(websocket.headers, websocket.cookies)
+    token, by_cookie = _credentials(websocket)
     try:
         user = await authenticate(store, token)
         if not same_origin(websocket.headers):
             raise Refused(403, "cross-site WebSocket refused")
+        if _elsewhere(websocket, by_cookie) is not None:
+            raise Refused(403, f"workspace {name} is served at its own origin only")
         target, path = await route(store, user, name, rest, websocket.scope.get("raw_path"))
     except Refused as error:
         await deny(websocket, error)
@@ -345,3 +391,7 @@ def install(app: FastAPI) -> None:
         trust_env=False,
     )
     app.include_router(router)
+    origins = WorkspaceOrigins.from_environment()
+    app.state.workspace_origins = origins
+    if origins is not None:
+        app.add_middleware(WorkspaceHosts, origins=origins)

@@ -156,13 +156,21 @@ def choose_port(target: Target, first: str) -> tuple[PortSpec, bool]:
 
 
 def named_port(target: Target, name: str) -> PortSpec:
-    """The declared port `name` (a port-forward's); Refused(404) when undeclared."""
+    """The declared port `name` (a port-forward's), or the declared port whose number on
+    the node is `name` when it is a number (names start with a letter); Refused(404)
+    otherwise: nothing but declared ports can be reached."""
     for port in target.ports:
-        if port.name == name:
+        if port.name == name or (name.isdigit() and target.numbers.get(port.name) == int(name)):
             return port
-    declared = ", ".join(sorted(p.name for p in target.ports)) or "none"
+    declared = ", ".join(
+        f"{p.name} on {target.numbers[p.name]}" if p.name in target.numbers else p.name
+        for p in sorted(target.ports, key=lambda p: p.name)
+    )
+    what = "on number" if name.isdigit() else "named"
     raise Refused(
-        404, f"workload {target.workload} declares no port {name!r} (its ports: {declared})"
+        404,
+        f"workload {target.workload} declares no port {what} {name!r} "
+        f"(its ports: {declared or 'none'})",
     )
 
 

@@ -324,7 +324,8 @@ def _decisions(session: Session) -> Decisions:
         )
         for name, queue in session.queues.items()
     }
-    return Decisions(bindings, tuple(session.evictions), pending, queues)
+    reservations = session.reservations.decided() if session.reservations is not None else {}
+    return Decisions(bindings, tuple(session.evictions), pending, queues, reservations)
 
 
 def _build_queues(snapshot: Snapshot) -> dict[str, QueueState]:
@@ -351,6 +352,7 @@ def _build_queues(snapshot: Snapshot) -> dict[str, QueueState]:
             "preempt": _inherited(queue, "preempt_min_runtime"),
             "reclaim": _inherited(queue, "reclaim_min_runtime"),
         }
+        queue.reserve_after = _inherited(queue, "reserve_after")
     return queues
 
 

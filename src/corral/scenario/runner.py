@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from corral.engine import apply_decisions, schedule
-from corral.model import Decisions, Placement
+from corral.model import Decisions, Placement, Reservation
 from corral.scenario.types import MAX_CYCLES, UNTIL_STABLE, Scenario
 
 # Amounts are floats; rounding keeps 0.1 + 0.2 from printing as 0.30000000000000004.
@@ -60,17 +60,20 @@ class QueueOutcome:
 class PlanResult:
     """What `plan` found: cycles run, final workload states, every eviction, final queues.
 
-    `workloads` and `queues` keep the scenario's listing order.
+    `workloads` and `queues` keep the scenario's listing order. `reservations` are the
+    last cycle's (backfill), by workload.
     """
 
     cycles: int
     workloads: Mapping[str, WorkloadOutcome]
     evictions: tuple[EvictionRecord, ...]
     queues: Mapping[str, QueueOutcome]
+    reservations: Mapping[str, Reservation] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        """The JSON document `corral plan FILE --json` prints, as plain Python values."""
-        return {
+        """The JSON document `corral plan FILE --json` prints, as plain Python values
+        (with `reservations` only when there are any)."""
+        document: dict[str, object] = {
             "cycles": self.cycles,
             "workloads": {
                 name: _workload_json(outcome) for name, outcome in self.workloads.items()
@@ -94,6 +97,12 @@ class PlanResult:
                 for name, queue in self.queues.items()
             },
         }
+        if self.reservations:
+            document["reservations"] = {
+                name: {"nodes": list(held.nodes), "starts_in": held.starts_in}
+                for name, held in self.reservations.items()
+            }
+        return document
 
 
 def plan(scenario: Scenario) -> PlanResult:
@@ -140,7 +149,7 @@ def plan(scenario: Scenario) -> PlanResult:
         for queue in scenario.snapshot.queues
         if (status := decisions.queues.get(queue.name)) is not None
     }
-    return PlanResult(cycle, workloads, tuple(evictions), queues)
+    return PlanResult(cycle, workloads, tuple(evictions), queues, decisions.reservations)
 
 
 def _pending_reason(

@@ -22,6 +22,7 @@ from corral.engine.fairshare import divide_tree
 from corral.engine.fragmentation import Fragmentation, shapes_of, task_shapes
 from corral.engine.kinds import ACTION_NAMES, CPU, DIMENSIONS, GPU, MEMORY, ActionName
 from corral.engine.placement import Placer
+from corral.engine.reservation import describe
 from corral.engine.session import Session
 from corral.engine.state import ClusterState, QueueState, WorkloadState, as_resources
 from corral.model import (
@@ -144,6 +145,8 @@ class Cycle:
             "reclaim": Reclaim(session, victims, moves).run,
             "preempt": Preempt(session, victims).run,
         }
+        if session.reservations is not None:
+            session.reservations.reserve(session.waiting)
         for name in self.config.actions:
             actions[_known_action(name)]()
         return _decisions(session)
@@ -325,6 +328,8 @@ def _decisions(session: Session) -> Decisions:
         for name, queue in session.queues.items()
     }
     reservations = session.reservations.decided() if session.reservations is not None else {}
+    for name, reservation in reservations.items():
+        pending[name] = f"{pending[name]}; {describe(reservation)}"
     return Decisions(bindings, tuple(session.evictions), pending, queues, reservations)
 
 

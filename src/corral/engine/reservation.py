@@ -1,12 +1,13 @@
 """Reservations: backfill, so that large gangs do not starve behind small jobs.
 
-A queue may set `reserve_after` (inherited down the tree). When the first workload of a
-leaf queue that allocate could not place (the head of its queue) has waited at least
-that long, it gets a reservation: the nodes where it would fit soonest, found by letting
-running work end in the order of its expected end (its max runtime less the time it has
-run). Until the cycle ends, no other work is placed on those nodes unless its own max
-runtime ends before the reservation's expected start: that is backfill. As the nodes
-drain, the gang starts there.
+A queue may set `reserve_after` (inherited down the tree). When the head of a leaf queue
+(its first pending workload: highest priority, then oldest) has waited at least that
+long, it gets a reservation before any action of the cycle places work: the nodes where
+it would fit soonest, found by letting running work end in the order of its expected end
+(its max runtime less the time it has run), or where it fits now. Until the cycle ends,
+no other work is placed on those nodes (by any action) unless its own max runtime ends
+before the reservation's expected start: that is backfill. As the nodes drain, the gang
+starts there. Heads that wait longest reserve first, so two do not count on one node.
 
 Work with no max runtime has no known end: it is taken to end after every known end. A
 reservation that has to wait for such work has no expected start, and its nodes take no
@@ -21,7 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from corral.engine.kinds import Request
 from corral.engine.placement import Failure, Placer
+from corral.engine.quota import quota_block
 from corral.engine.state import ClusterState, WorkloadState, natural_key
 from corral.model import Reservation
 from corral.model.durations import format_duration
@@ -54,9 +57,6 @@ class Reservations:
         self.placer = placer
         self.workloads = workloads
         self._held: list[_Held] = []
-        # Leaf queues whose head has been considered this cycle.
-        self._considered: set[str] = set()
-        self._cache: dict[int, frozenset[int]] = {}
 
     def hold_for(self, ws: WorkloadState) -> frozenset[int]:
         """Node indices `ws` may not use this cycle: those reserved for other workloads
@@ -74,29 +74,34 @@ class Reservations:
             held |= reservation.nodes
         return frozenset(held)
 
-    def consider(self, ws: WorkloadState, tasks: list[int]) -> None:
-        """Called when allocate could not place the gang `tasks` of `ws` for want of room:
-        if `ws` heads its queue and has waited long enough, reserve nodes for it."""
-        queue = ws.queue
-        if queue.reserve_after <= 0 or queue.name in self._considered:
-            return
-        self._considered.add(queue.name)
-        waited = ws.workload.waiting_for
-        if waited is None or waited < queue.reserve_after:
-            return
-        found = self._soonest(ws, tasks)
-        if found is None:
-            return
-        nodes, starts_in = found
-        self._held.append(_Held(ws, nodes, starts_in))
-        names = ",".join(self.state.nodes[index].name for index in sorted(nodes))
-        when = (
-            "when work with no max runtime ends"
-            if starts_in is None
-            else f"from ~{format_duration(starts_in) or '0s'} from now"
-        )
-        note = f"reserved nodes {names} {when}"
-        ws.reason = f"{ws.reason}; {note}" if ws.reason else note
+    def reserve(self, waiting: list[WorkloadState]) -> None:
+        """Before any action places work: give the head of each queue that reserves (its
+        first pending workload: highest priority, then oldest) a reservation when it has
+        waited long enough, the longest-waiting first. A head that fits now is given the
+        nodes it fits on, so that work after it in the cycle does not take them first."""
+        heads: dict[str, WorkloadState] = {}
+        for ws in waiting:
+            queue = ws.queue
+            if queue.reserve_after <= 0 or ws.running:
+                continue
+            head = heads.get(queue.name)
+            if head is None or _in_queue_order(ws) < _in_queue_order(head):
+                heads[queue.name] = ws
+        due = [
+            ws
+            for ws in heads.values()
+            if ws.workload.waiting_for is not None
+            and ws.workload.waiting_for >= ws.queue.reserve_after
+        ]
+        due.sort(key=lambda ws: (-ws.workload.priority, -(ws.workload.waiting_for or 0.0), ws.name))
+        for ws in due:
+            tasks = list(range(ws.workload.min_tasks))
+            request = _request(self.placer, ws, tasks)
+            if quota_block(ws, request) is not None or self.placer.too_big(ws, tasks):
+                continue
+            found = self._soonest(ws, tasks, request[0])
+            if found is not None:
+                self._held.append(_Held(ws, found[0], found[1]))
 
     def decided(self) -> dict[str, Reservation]:
         """The reservations of workloads still pending at the end of the cycle."""
@@ -112,14 +117,14 @@ class Reservations:
         }
 
     def _soonest(
-        self, ws: WorkloadState, tasks: list[int]
+        self, ws: WorkloadState, tasks: list[int], need: float
     ) -> tuple[frozenset[int], float | None] | None:
-        """The nodes where the gang would fit soonest and when (seconds from now), by
-        taking running work off in the order of its expected end; None when it fits
-        nowhere even once all of it has ended (other reservations hold the room)."""
+        """The nodes where the gang would fit soonest and when (seconds from now, 0 when
+        it fits now), by taking running work off in the order of its expected end; None
+        when it fits nowhere even once all of it has ended (other reservations hold the
+        room)."""
         state = self.state
         eligible = self.placer.eligible(ws)
-        need = sum(self.placer.nominal_gpu(ws.tasks[task]) for task in tasks)
         ending: list[tuple[float, str, WorkloadState]] = []
         for other in self.workloads:
             if not other.running or other is ws:
@@ -131,13 +136,17 @@ class Reservations:
             end = expected_end(other)
             ending.append((math.inf if end is None else end, other.name, other))
         ending.sort(key=lambda item: (item[0], item[1]))
+        # First as things are (end 0), then after each expected end in turn.
+        steps: list[tuple[float, WorkloadState | None]] = [(0.0, None)]
+        steps.extend((end, other) for end, _, other in ending)
         mark = state.checkpoint()
         found: tuple[frozenset[int], float | None] | None = None
         try:
-            for at, (end, _, other) in enumerate(ending):
-                for task in list(other.running):
-                    state.unbind(other, task)
-                if at + 1 < len(ending) and ending[at + 1][0] == end:
+            for at, (end, ended) in enumerate(steps):
+                if ended is not None:
+                    for task in list(ended.running):
+                        state.unbind(ended, task)
+                if at + 1 < len(steps) and steps[at + 1][0] == end:
                     continue  # work that ends together frees its room together
                 if state.free_gpu + EPSILON < need:
                     continue
@@ -149,3 +158,25 @@ class Reservations:
         finally:
             state.rollback(mark)
         return found
+
+
+def describe(reservation: Reservation) -> str:
+    """ "reserved nodes n1,n2 from ~1h30m from now", for a pending reason."""
+    names = ",".join(reservation.nodes)
+    if reservation.starts_in is None:
+        return f"reserved nodes {names} when work with no max runtime ends"
+    if reservation.starts_in <= 0:
+        return f"reserved nodes {names}, free now"
+    return f"reserved nodes {names} from ~{format_duration(reservation.starts_in) or '0s'} from now"
+
+
+def _in_queue_order(ws: WorkloadState) -> tuple[int, float, str]:
+    """A workload's place in its leaf queue: higher priority, then older, first."""
+    return (-ws.workload.priority, ws.workload.submitted, ws.name)
+
+
+def _request(placer: Placer, ws: WorkloadState, tasks: list[int]) -> Request:
+    gpu = sum(placer.nominal_gpu(ws.tasks[task]) for task in tasks)
+    cpu = sum(ws.tasks[task].cpu for task in tasks)
+    memory = float(sum(ws.tasks[task].memory for task in tasks))
+    return (gpu, cpu, memory)

@@ -8,9 +8,11 @@ cycle; a cycle that bound or evicted something asks for another one interval lat
 the work it evicted may fit elsewhere. Nothing else runs a cycle: an idle clock costs
 nothing, and a cycle that `CycleGate` shows cannot change anything is skipped.
 
-A job runs its `duration` of work. Evicted, it goes back to pending, keeps the progress
-of its last checkpoint (one every `checkpoint_interval` seconds of progress) and pays
-`restart_cost` seconds when it starts again. A consolidation (a move) is an eviction
+A job runs its `duration` of work; with `max_runtime_factor` its max runtime (what
+reservations plan with) is that duration times the factor, from each start. Evicted, it
+goes back to pending, keeps the progress of its last checkpoint (one every
+`checkpoint_interval` seconds of progress) and pays `restart_cost` seconds when it starts
+again. A consolidation (a move) is an eviction
 and a start in the same cycle.
 """
 
@@ -62,7 +64,11 @@ class SimSettings:
     that skipping quiet cycles and hiding pending work (`CycleGate`) changes nothing.
     `checkpoint_aware` tells the engine each running job's time since its last checkpoint,
     so that it takes the victims that lose the least work (otherwise it sees none, and
-    takes the newest)."""
+    takes the newest).
+    `max_runtime_factor` gives each job a max runtime of its duration times this factor
+    (None: no max runtime). When a queue sets `reserve_after`, the engine is told before
+    each cycle how long each pending job has waited (since it last became pending) and
+    each running job has run (since it last started), for reservations (backfill)."""
 
     cycle_interval: float = 10.0
     checkpoint_interval: float = 1800.0
@@ -71,6 +77,7 @@ class SimSettings:
     horizon: float | None = None
     shortcuts: bool = True
     checkpoint_aware: bool = False
+    max_runtime_factor: float | None = None
 
 
 # Task groups and node selector: what the engine weighs of a pending workload it does
@@ -99,6 +106,7 @@ class _JobState:
         "kind",
         "lost",
         "order",
+        "pending_since",
         "placed",
         "preemptions",
         "project",
@@ -129,6 +137,7 @@ class _JobState:
         self.kind: KindKey = (job.task_groups, tuple(sorted(workload.node_selector.items())))
         self.saved = 0.0  # progress kept by the last checkpoint (s of work)
         self.run_start = math.nan
+        self.pending_since = job.submitted
         self.restart = 0.0  # restart cost paid at the start of the current run
         self.first_start = math.nan
         self.end = math.nan
@@ -158,6 +167,9 @@ class Simulation:
     ) -> None:
         if settings.cycle_interval <= 0:
             raise SimError("settings", "the cycle interval must be positive")
+        factor = settings.max_runtime_factor
+        if factor is not None and not (math.isfinite(factor) and factor > 0):
+            raise SimError("settings", "the max runtime factor must be a positive number")
         self.setup = setup
         self.trace = trace
         self.settings = settings
@@ -193,9 +205,13 @@ class Simulation:
         self.hidden = 0
         self.rechecks = 0
         self.evictions: Counter[str] = Counter()
+        # Reservations need waiting and running times, which cost a new workload per job
+        # per cycle: told only when some queue reserves.
+        self.reserving = any(queue.reserve_after is not None for queue in setup.queues)
 
     def _workload(self, job: Job) -> Workload:
         pool = self.setup.pool
+        factor = self.settings.max_runtime_factor
         return Workload(
             name=job.name,
             queue=pool or job.project,
@@ -204,6 +220,7 @@ class Simulation:
             preemptible=job.preemptible,
             node_selector={"gpu_model": job.gpu_models} if job.gpu_models else {},
             submitted=job.submitted,
+            max_runtime=None if factor is None else max(job.duration * factor, 1.0),
         )
 
     # -- the loop ----------------------------------------------------------------------
@@ -255,6 +272,7 @@ class Simulation:
         self._to_pending(state)
 
     def _to_pending(self, state: _JobState) -> None:
+        state.pending_since = self.recorder.now
         self.waiting[state.job.name] = state.workload
         kind = self.waiting_kinds.get(state.kind)
         if kind is None:
@@ -285,6 +303,8 @@ class Simulation:
         self.cycles += 1
         if self.settings.checkpoint_aware:
             self._tell_checkpoints(now)
+        if self.reserving:
+            self._tell_times(now)
         decisions = self._schedule_selected() if shortcuts else self._schedule_all()
         self._apply(decisions, now)
         self.gate.cycle_done(decisions.changed)
@@ -302,6 +322,22 @@ class Simulation:
             if workload.since_checkpoint != unsaved:
                 state.workload = replace(workload, since_checkpoint=unsaved)
                 self.running[name] = state.workload
+
+    def _tell_times(self, now: float) -> None:
+        """Give each running workload the time it has run since it last started, and each
+        pending one the time it has waited since it last became pending."""
+        for name, workload in self.running.items():
+            ran = now - self.by_name[name].run_start
+            if workload.running_for != ran:
+                self.running[name] = self.by_name[name].workload = replace(
+                    workload, running_for=ran
+                )
+        for name, workload in self.waiting.items():
+            waited = now - self.by_name[name].pending_since
+            if workload.waiting_for != waited:
+                self.waiting[name] = self.by_name[name].workload = replace(
+                    workload, waiting_for=waited
+                )
 
     def _schedule_selected(self) -> Decisions:
         """A cycle over the pending work the gate says matters (all of it if in doubt)."""

@@ -59,22 +59,17 @@ class Allocate:
                 ws.sized = True
             reason = ws.never_fits
         free_gpu = session.state.free_gpu
-        # Only a want of room, not of quota, is something a reservation can wait out.
-        room = False
         if reason is None and candidate.request[GPU] > free_gpu + EPSILON:
             reason = (
                 f"needs {plural_gpus(candidate.request[GPU])}; the cluster has "
                 f"{plural_gpus(max(free_gpu, 0.0))} free"
             )
-            room = True
         if reason is None:
             result = session.place_checked(ws, candidate.tasks)
             if not isinstance(result, str):
                 session.state.journal.clear()
                 return True
-            reason, room = result, True
+            reason = result
         if not candidate.growth:
             ws.reason = reason
-            if room and session.reservations is not None:
-                session.reservations.consider(ws, candidate.tasks)
         return False

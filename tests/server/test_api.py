@@ -28,6 +28,7 @@ _QUEUE_FIELDS = (
     "priority",
     "preempt_min_runtime",
     "reclaim_min_runtime",
+    "reserve_after",
 )
 
 
@@ -169,6 +170,9 @@ def _names(response: httpx.Response, *path: Any) -> bool:
         ({"preempt_min_runtime": -60}, ("preempt_min_runtime",)),
         ({"preempt_min_runtime": "20y"}, ("preempt_min_runtime",)),
         ({"preempt_min_runtime": True}, ("preempt_min_runtime",)),
+        ({"reserve_after": "later"}, ("reserve_after",)),
+        ({"reserve_after": -1}, ("reserve_after",)),
+        ({"reserve_after": "0s"}, ("reserve_after",)),
     ],
 )
 def test_queue_quotas_are_validated(api: Api, body: dict[str, Any], field: tuple[str]) -> None:
@@ -197,6 +201,17 @@ def test_queue_min_runtimes_are_set_changed_and_inherited_again(api: Api) -> Non
     response = api.admin.patch(path, json={"reclaim_min_runtime": None})
     assert response.json()["reclaim_min_runtime"] is None
     assert api.admin.get(path).json()["preempt_min_runtime"] == 90
+
+
+def test_queue_reserve_after_is_set_and_inherited_again(api: Api) -> None:
+    queue = api.queue(reserve_after="30m")
+    assert queue["reserve_after"] == 1800
+    path = f"/queues/{queue['name']}"
+    response = api.admin.patch(path, json={"priority": 50})
+    assert response.json()["reserve_after"] == 1800
+    response = api.admin.patch(path, json={"reserve_after": None})
+    assert response.status_code == 200, response.text
+    assert api.admin.get(path).json()["reserve_after"] is None
 
 
 def test_limit_equal_to_deserved_is_accepted(api: Api) -> None:

@@ -111,6 +111,16 @@ ReclaimMinRuntime = Annotated[
         "Its projects inherit it.",
     ),
 ]
+ReserveAfter = Annotated[
+    str | None,
+    _option(
+        "--reserve-after",
+        "DURATION",
+        "A workload that waits this long at the head of the project gets a reservation of "
+        "the nodes where it fits soonest (backfill), e.g. 30m (inherit: the parent's). "
+        "Its projects inherit it.",
+    ),
+]
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 
 # A queue's rules as the API takes them: limits in seconds by workload class.
@@ -225,6 +235,7 @@ def create_command(
     max_runtime: MaxRuntime = None,
     preempt_min_runtime: PreemptMinRuntime = None,
     reclaim_min_runtime: ReclaimMinRuntime = None,
+    reserve_after: ReserveAfter = None,
 ) -> None:
     """Create a project; with --parent, inside a department (which may be new)."""
     with reported_errors(ctx):
@@ -243,6 +254,7 @@ def create_command(
         if priority is not None:
             body["priority"] = priority
         body.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
+        body.update(_reserve_after(reserve_after))
         if rules := _merged_rules(None, rule_changes):
             body["rules"] = rules
         with connect() as client:
@@ -251,7 +263,7 @@ def create_command(
     typer.echo(
         f"Created project {queue['name']}{where}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}."
-        f"{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
+        f"{_min_runtime_sentence(queue)}{_reserve_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 
@@ -274,6 +286,7 @@ def set_command(
     max_runtime: MaxRuntime = None,
     preempt_min_runtime: PreemptMinRuntime = None,
     reclaim_min_runtime: ReclaimMinRuntime = None,
+    reserve_after: ReserveAfter = None,
 ) -> None:
     """Change some of a project's settings; the others stay as they are."""
     with reported_errors(ctx):
@@ -291,6 +304,7 @@ def set_command(
         if priority is not None:
             changes["priority"] = priority
         changes.update(_min_runtimes(preempt_min_runtime, reclaim_min_runtime))
+        changes.update(_reserve_after(reserve_after))
         with connect() as client:
             if deserved_quota.given or limit_quota.given or rule_changes:
                 # The API replaces a quota or the rules whole; merge so that --limit-cpu
@@ -309,7 +323,7 @@ def set_command(
         f"Updated {queue['name']}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}, "
         f"over-quota weight {_weight(queue)}, priority {queue['priority']}."
-        f"{_min_runtime_sentence(queue)}{_rules_sentence(queue)}"
+        f"{_min_runtime_sentence(queue)}{_reserve_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 
@@ -468,6 +482,21 @@ def _min_runtimes(preempt: str | None, reclaim: str | None) -> dict[str, float |
             inherit = text.strip().lower() == "inherit"
             fields[field] = None if inherit else parse_duration_option(flag, text)
     return fields
+
+
+def _reserve_after(text: str | None) -> dict[str, float | None]:
+    """The reserve_after field if given, in seconds; "inherit" is null (the parent's)."""
+    if text is None:
+        return {}
+    if text.strip().lower() == "inherit":
+        return {"reserve_after": None}
+    return {"reserve_after": parse_duration_option("--reserve-after", text)}
+
+
+def _reserve_sentence(queue: QueueOut) -> str:
+    """ " Reserves after 30m." when the queue itself sets reserve_after."""
+    seconds = queue.get("reserve_after")
+    return "" if seconds is None else f" Reserves after {format_duration(seconds)}."
 
 
 def _min_runtime_sentence(queue: QueueOut) -> str:

@@ -22,13 +22,13 @@ from corral.engine.fairshare import divide_tree
 from corral.engine.fragmentation import Fragmentation, shapes_of, task_shapes
 from corral.engine.kinds import ACTION_NAMES, CPU, DIMENSIONS, GPU, MEMORY, ActionName
 from corral.engine.placement import Placer
-from corral.engine.reservation import describe
 from corral.engine.session import Session
 from corral.engine.state import ClusterState, QueueState, WorkloadState, as_resources
 from corral.model import (
     Decisions,
     QueueCycle,
     QueueStatus,
+    Reservation,
     SchedulerConfig,
     Snapshot,
     UnknownParent,
@@ -327,9 +327,10 @@ def _decisions(session: Session) -> Decisions:
         )
         for name, queue in session.queues.items()
     }
-    reservations = session.reservations.decided() if session.reservations is not None else {}
-    for name, reservation in reservations.items():
-        pending[name] = f"{pending[name]}; {describe(reservation)}"
+    reservations: dict[str, Reservation] = {}
+    if session.reservations is not None:
+        reservations = session.reservations.decided()
+        session.reservations.annotate(pending, reservations, session.evicted)
     return Decisions(bindings, tuple(session.evictions), pending, queues, reservations)
 
 

@@ -520,7 +520,8 @@ class Placer:
     ) -> str:
         group = workload.tasks[tasks[min(placed, len(tasks) - 1)]]
         shape = describe_task(group)
-        where = "" if allowed is None else " matching its node selector"
+        # Not `allowed`: reservations may narrow it for a workload with no selector.
+        where = " matching its node selector" if workload.workload.node_selector else ""
         too_big = self._too_big(group, allowed)
         if too_big:
             return too_big

@@ -116,6 +116,29 @@ class Reservations:
             if not held.workload.running
         }
 
+    def annotate(
+        self,
+        pending: dict[str, str],
+        reservations: dict[str, Reservation],
+        evicted: dict[str, str],
+    ) -> None:
+        """Add to the pending reasons the reservation a workload holds, or the
+        reservations that kept it off nodes."""
+        nodes = self.state.nodes
+        for ws in self.workloads:
+            name = ws.name
+            if name not in pending or name in evicted:
+                continue
+            own = reservations.get(name)
+            if own is not None:
+                pending[name] = f"{pending[name]}; {describe(own)}"
+                continue
+            held = self.hold_for(ws)
+            if held:
+                holders = ", ".join(sorted({h.workload.name for h in self._held if h.nodes & held}))
+                names = ",".join(sorted((nodes[i].name for i in held), key=natural_key))
+                pending[name] = f"{pending[name]}; reserved for {holders}: {names}"
+
     def _soonest(
         self, ws: WorkloadState, tasks: list[int], need: float
     ) -> tuple[frozenset[int], float | None] | None:

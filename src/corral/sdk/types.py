@@ -211,6 +211,8 @@ class QueueOut(TypedDict):
     preempt_min_runtime: float | None
     # seconds, set on this queue itself (null: inherited or off)
     reclaim_min_runtime: float | None
+    # seconds, set on this queue itself (null: inherited or off)
+    reserve_after: float | None
     # from the latest scheduling cycle
     fair_share: Amounts | None
     allocated: Amounts | None

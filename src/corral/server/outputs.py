@@ -45,6 +45,7 @@ def queue_out(record: QueueRecord, rules: RuleSet, last: Decisions | None) -> Qu
         priority=queue.priority,
         preempt_min_runtime=queue.preempt_min_runtime,
         reclaim_min_runtime=queue.reclaim_min_runtime,
+        reserve_after=queue.reserve_after,
         fair_share=Amounts.of(status.fair_share) if status else None,
         allocated=Amounts.of(status.allocated) if status else None,
         requested=Amounts.of(status.requested) if status else None,

@@ -191,7 +191,8 @@ class SchedulerLoop:
         if self.store.generation != generation:
             return  # the store moved on; this cycle will not be written
         # Idle flags come from telemetry and may lag in a kept snapshot by design, and so
-        # do the times work has run for (min-runtime), until the next full read.
+        # do the times work has run for (min-runtime) and waited (reservations), until the
+        # next full read.
         if full.nodes != snapshot.nodes or full.queues != snapshot.queues:
             raise AssertionError("kept snapshot: nodes or queues differ from the store")
         kept = {w.name: w for w in snapshot.workloads}
@@ -199,7 +200,12 @@ class SchedulerLoop:
         read = {w.name: w for w in full.workloads if w.submitted <= newest}
         for name in kept.keys() | read.keys():
             a, b = kept.get(name), read.get(name)
-            if a is None or b is None or a != replace(b, idle=a.idle, running_for=a.running_for):
+            if (
+                a is None
+                or b is None
+                or a
+                != replace(b, idle=a.idle, running_for=a.running_for, waiting_for=a.waiting_for)
+            ):
                 raise AssertionError(f"kept snapshot: {name} differs: {a} != {b}")
 
     def _keep(self, snapshot: Snapshot, decisions: Decisions, newest: int, read_at: float) -> None:

@@ -168,6 +168,11 @@ class QueueIn(Body):
     reclaim_min_runtime: MinRuntime | None = Field(
         None, description="work that has run for less is no victim of reclaim; null inherits"
     )
+    reserve_after: MinRuntime | None = Field(
+        None,
+        description="a workload that waits this long at the head of the queue gets a "
+        "reservation (backfill); null inherits",
+    )
     rules: RulesIn | None = Field(None, description="rules that act on utilisation, by class")
 
     def to_model(self) -> Queue:
@@ -180,6 +185,7 @@ class QueueIn(Body):
             priority=self.priority,
             preempt_min_runtime=_optional_seconds(self.preempt_min_runtime),
             reclaim_min_runtime=_optional_seconds(self.reclaim_min_runtime),
+            reserve_after=_optional_seconds(self.reserve_after),
         )
 
 
@@ -198,6 +204,7 @@ class QueuePatch(Body):
     priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
     preempt_min_runtime: MinRuntime | None = Field(None, description="null: inherit again")
     reclaim_min_runtime: MinRuntime | None = Field(None, description="null: inherit again")
+    reserve_after: MinRuntime | None = Field(None, description="null: inherit again")
     rules: RulesIn | None = Field(None, description="replaces all the queue's rules; null: none")
 
     def changes(self) -> dict[str, Any]:
@@ -213,7 +220,7 @@ class QueuePatch(Body):
             changes["over_quota_weight"] = _weights(self.over_quota_weight)
         if "priority" in given and self.priority is not None:
             changes["priority"] = self.priority
-        for field in ("preempt_min_runtime", "reclaim_min_runtime"):
+        for field in ("preempt_min_runtime", "reclaim_min_runtime", "reserve_after"):
             if field in given:
                 changes[field] = _optional_seconds(getattr(self, field))
         return changes
@@ -258,6 +265,9 @@ class QueueOut(BaseModel):
         None, description="seconds, set on this queue itself (null: inherited or off)"
     )
     reclaim_min_runtime: float | None = Field(
+        None, description="seconds, set on this queue itself (null: inherited or off)"
+    )
+    reserve_after: float | None = Field(
         None, description="seconds, set on this queue itself (null: inherited or off)"
     )
     fair_share: Amounts | None = Field(description="from the latest scheduling cycle")

@@ -32,6 +32,7 @@ def fill_queue(row: QueueRow, queue: Queue) -> None:
     row.priority = queue.priority
     row.preempt_min_runtime = queue.preempt_min_runtime
     row.reclaim_min_runtime = queue.reclaim_min_runtime
+    row.reserve_after = queue.reserve_after
 
 
 def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
@@ -47,6 +48,7 @@ def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
         priority=row.priority,
         preempt_min_runtime=row.preempt_min_runtime,
         reclaim_min_runtime=row.reclaim_min_runtime,
+        reserve_after=row.reserve_after,
     )
 
 

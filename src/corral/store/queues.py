@@ -53,7 +53,7 @@ def create_queue(session: Session, queue: Queue) -> QueueRecord:
 
 def update_queue(session: Session, name: str, changes: Mapping[str, Any]) -> QueueRecord:
     """Change some of a queue's fields: parent, deserved, limit, over_quota_weight, priority,
-    preempt_min_runtime, reclaim_min_runtime."""
+    preempt_min_runtime, reclaim_min_runtime, reserve_after."""
     row = queue_row(session, name)
     names = queue_names(session)
     current = queue_from_row(row, names)

@@ -125,6 +125,9 @@ def active_workloads(
             WorkloadRow.node_selector,
             WorkloadRow.topology_key,
             WorkloadRow.topology_required,
+            WorkloadRow.max_runtime,
+            WorkloadRow.created_at,
+            WorkloadRow.pending_since,
         )
         .where(active, WorkloadRow.id > after)
         .order_by(WorkloadRow.id)
@@ -154,6 +157,11 @@ def active_workloads(
             idle=w.name in idle,
             # For min-runtime: since its running tasks were bound (a restart starts anew).
             running_for=max(now - started[w.id], 0.0) if w.id in started else None,
+            max_runtime=w.max_runtime,
+            # For reservations: since it last became pending.
+            waiting_for=None
+            if w.status != "pending"
+            else max(now - (w.pending_since or w.created_at), 0.0),
         )
         for w in rows
     )

@@ -54,6 +54,9 @@ class QueueRow(Base):
     # Seconds a workload must have run before it is a victim; NULL inherits the parent's.
     preempt_min_runtime: Mapped[float | None] = mapped_column(Float)
     reclaim_min_runtime: Mapped[float | None] = mapped_column(Float)
+    # Seconds the head workload waits before it gets a reservation (backfill); NULL
+    # inherits (0011_backfill).
+    reserve_after: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
     # Rules that act on utilisation, by workload class (corral.store.rules); NULL for none.
     rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)

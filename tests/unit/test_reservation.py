@@ -11,7 +11,7 @@ import pytest
 
 from corral.engine import Scheduler, apply_decisions, schedule
 from corral.model import Node, Placement, Queue, Resources, Snapshot, TaskGroup, Workload
-from corral.scenario import load_scenario
+from corral.scenario import check_expectations, load_scenario, plan
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 
@@ -144,3 +144,15 @@ def test_the_kept_state_decides_as_a_fresh_cycle() -> None:
             decisions = scheduler(snapshot, scenario.config)
             assert decisions == schedule(snapshot, scenario.config)
             snapshot = apply_decisions(snapshot, decisions)
+
+
+def test_expected_reservations_are_checked() -> None:
+    scenario = load_scenario(SCENARIOS / "C90-backfill-reservation.yaml")
+    assert scenario.expectations is not None
+    result = plan(scenario)
+    assert result.to_json()["reservations"] == {"big": {"nodes": ["node0"], "starts_in": 1200.0}}
+    wrong = replace(scenario.expectations, reserved={"big": ("node1",), "small-long": ("node0",)})
+    assert check_expectations(replace(scenario, expectations=wrong), result) == [
+        "big: expected a reservation of [node1], but it holds [node0]",
+        "small-long: expected a reservation of [node0], but it has none",
+    ]

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from server_support import Api, checked, locs, names_field, unique
+from server_support import Api, checked, locs, names_field, unique, wait_for
 
 GIB = 1 << 30
 _JSON = {"content-type": "application/json"}
@@ -839,3 +839,28 @@ def test_whoami_and_users(api: Api) -> None:
     with api.client(second.json()["token"]) as client:
         assert client.get("/whoami").json()["name"] == name
     assert api.admin.post(f"/users/{unique('nobody')}/tokens").status_code == 404
+
+
+def test_a_gang_that_waited_gets_a_reservation_and_short_work_backfills(api: Api) -> None:
+    pool = unique("pool")
+    project = api.queue(reserve_after=1)
+    node = api.node(pool, gpus=2)
+    holder = api.submit(project["name"], pool, gpu=1, max_runtime="1h")
+    api.wait_status(holder["name"], "running")
+    gang = api.submit(project["name"], pool, gpu=2)
+
+    def reserved() -> dict[str, Any] | None:
+        workload = api.workload(gang["name"])
+        return workload if "reserved nodes" in (workload["reason"] or "") else None
+
+    # Its wait is read afresh at the scheduler's next full read of the store.
+    waiting = wait_for(reserved, "a reservation", timeout=60)
+    assert f"reserved nodes {node['name']} from ~" in waiting["reason"]
+    why = api.admin.get(f"/workloads/{gang['name']}/why").json()
+    assert f"reserved nodes {node['name']}" in why["reason"]
+    # Work that would outlast the reservation's start waits; work that ends before runs.
+    long = api.submit(project["name"], pool, gpu=1, max_runtime="2h")
+    short = api.submit(project["name"], pool, gpu=1, max_runtime="10m")
+    api.wait_status(short["name"], "running")
+    reason = api.wait_considered(long["name"])["reason"]
+    assert reason.endswith(f"reserved for {gang['name']}: {node['name']}"), reason

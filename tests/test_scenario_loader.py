@@ -421,6 +421,36 @@ INVALID: list[tuple[str, Callable[[Document], None], str, str]] = [
         "only a running workload has this field",
     ),
     (
+        "reserve-after-not-duration",
+        _set("queues.0.reserve_after", "later"),
+        "queues[0].reserve_after",
+        "'later' is not a duration",
+    ),
+    (
+        "waiting-for-on-running",
+        _set("workloads.1.waiting_for", "5m"),
+        "workloads[1].waiting_for",
+        "only a pending workload has this field",
+    ),
+    (
+        "max-runtime-zero",
+        _set("workloads.0.max_runtime", 0),
+        "workloads[0].max_runtime",
+        "must be more than 0 seconds",
+    ),
+    (
+        "expect-reserved-unknown-node",
+        _set("expect", {"reserved": {"w0": ["node9"]}}),
+        "expect.reserved.w0[0]",
+        "node9",
+    ),
+    (
+        "expect-reserved-and-running",
+        _set("expect", {"running": {"w0": "node0"}, "reserved": {"w0": "node0"}}),
+        "expect.reserved.w0",
+        "also expected running",
+    ),
+    (
         "running-for-not-duration",
         _set("workloads.1.running_for", -3),
         "workloads[1].running_for",
@@ -849,6 +879,26 @@ def test_error_names_the_file_it_was_loaded_from(tmp_path: Path) -> None:
 
 def test_scenario_error_is_a_value_error() -> None:
     assert issubclass(ScenarioError, ValueError)
+
+
+def test_reservation_fields() -> None:
+    document = base()
+    document["queues"][0]["reserve_after"] = "30m"
+    document["workloads"][0]["waiting_for"] = "2h"
+    document["workloads"][1]["max_runtime"] = "4h"
+    document["expect"] = {"running": {"w1": "node0"}, "reserved": {"w0": ["node1", "node0"]}}
+    scenario = parse(document)
+    dept, team_a, _ = scenario.snapshot.queues
+    assert (dept.reserve_after, team_a.reserve_after) == (1800.0, None)
+    w0, w1 = scenario.snapshot.workloads
+    assert (w0.waiting_for, w0.max_runtime, w1.waiting_for, w1.max_runtime) == (
+        7200.0,
+        None,
+        None,
+        14400.0,
+    )
+    assert scenario.expectations is not None
+    assert scenario.expectations.reserved == {"w0": ("node0", "node1")}
 
 
 def test_min_runtimes_and_running_for() -> None:

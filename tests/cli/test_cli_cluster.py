@@ -134,6 +134,18 @@ def test_invalid_rule_options_name_the_option_and_change_nothing(
     assert api.get("/queues").json() == before
 
 
+def test_reserve_after_set_shown_and_inherited_again(admin: Cli, api: httpx.Client) -> None:
+    out = admin.ok("project", "create", "bfl", "--reserve-after", "30m")
+    assert out == "Created project bfl: deserved 0 GPUs, limit none. Reserves after 30m.\n"
+    admin.ok("project", "set", "bfl", "--reserve-after", "inherit")
+    assert api.get("/queues/bfl").json()["reserve_after"] is None
+    before = api.get("/queues").json()
+    message = "--reserve-after: 'soon' is not a duration (for example 90, 30m, 4h, 7d)"
+    assert admin.fails("project", "create", "bfl2", "--reserve-after", "soon", code=2) == message
+    assert admin.fails("project", "set", "bfl", "--reserve-after", "soon", code=2) == message
+    assert api.get("/queues").json() == before
+
+
 def test_min_runtimes_set_shown_and_inherited_again(admin: Cli, api: httpx.Client) -> None:
     out = admin.ok("project", "create", "mrt", "--reclaim-min-runtime", "10m")
     assert out == "Created project mrt: deserved 0 GPUs, limit none. Reclaim min-runtime 10m.\n"

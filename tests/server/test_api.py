@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from server_support import Api, checked, locs, names_field, unique
+from server_support import Api, checked, locs, names_field, unique, wait_for
 
 GIB = 1 << 30
 _JSON = {"content-type": "application/json"}
@@ -30,6 +30,7 @@ _QUEUE_FIELDS = (
     "reclaim_min_runtime",
     "fair_share_half_life",
     "fair_share_k",
+    "reserve_after",
 )
 
 
@@ -177,6 +178,9 @@ def _names(response: httpx.Response, *path: Any) -> bool:
         ({"fair_share_k": 1000}, ("fair_share_k",)),
         ({"fair_share_k": True}, ("fair_share_k",)),
         ({"fair_share_k": "1"}, ("fair_share_k",)),
+        ({"reserve_after": "later"}, ("reserve_after",)),
+        ({"reserve_after": -1}, ("reserve_after",)),
+        ({"reserve_after": "0s"}, ("reserve_after",)),
     ],
 )
 def test_queue_quotas_are_validated(api: Api, body: dict[str, Any], field: tuple[str]) -> None:
@@ -223,6 +227,17 @@ def test_queue_min_runtimes_are_set_changed_and_inherited_again(api: Api) -> Non
     response = api.admin.patch(path, json={"reclaim_min_runtime": None})
     assert response.json()["reclaim_min_runtime"] is None
     assert api.admin.get(path).json()["preempt_min_runtime"] == 90
+
+
+def test_queue_reserve_after_is_set_and_inherited_again(api: Api) -> None:
+    queue = api.queue(reserve_after="30m")
+    assert queue["reserve_after"] == 1800
+    path = f"/queues/{queue['name']}"
+    response = api.admin.patch(path, json={"priority": 50})
+    assert response.json()["reserve_after"] == 1800
+    response = api.admin.patch(path, json={"reserve_after": None})
+    assert response.status_code == 200, response.text
+    assert api.admin.get(path).json()["reserve_after"] is None
 
 
 def test_limit_equal_to_deserved_is_accepted(api: Api) -> None:
@@ -866,3 +881,28 @@ def test_a_nul_in_a_url_is_refused_by_name_on_every_backend(api: Api) -> None:
         assert response.json()["detail"][0]["loc"] == where
     # Without one, the same filter answers.
     assert api.admin.get("/workloads", params={"project": "team"}).status_code == 200
+
+
+def test_a_gang_that_waited_gets_a_reservation_and_short_work_backfills(api: Api) -> None:
+    pool = unique("pool")
+    project = api.queue(reserve_after=1)
+    node = api.node(pool, gpus=2)
+    holder = api.submit(project["name"], pool, gpu=1, max_runtime="1h")
+    api.wait_status(holder["name"], "running")
+    gang = api.submit(project["name"], pool, gpu=2)
+
+    def reserved() -> dict[str, Any] | None:
+        workload = api.workload(gang["name"])
+        return workload if "reserved nodes" in (workload["reason"] or "") else None
+
+    # Its wait is read afresh at the scheduler's next full read of the store.
+    waiting = wait_for(reserved, "a reservation", timeout=60)
+    assert f"reserved nodes {node['name']} from ~" in waiting["reason"]
+    why = api.admin.get(f"/workloads/{gang['name']}/why").json()
+    assert f"reserved nodes {node['name']}" in why["reason"]
+    # Work that would outlast the reservation's start waits; work that ends before runs.
+    long = api.submit(project["name"], pool, gpu=1, max_runtime="2h")
+    short = api.submit(project["name"], pool, gpu=1, max_runtime="10m")
+    api.wait_status(short["name"], "running")
+    reason = api.wait_considered(long["name"])["reason"]
+    assert reason.endswith(f"reserved for {gang['name']}: {node['name']}"), reason

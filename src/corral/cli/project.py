@@ -131,6 +131,17 @@ FairShareK = Annotated[
         "inherit: the parent's).",
     ),
 ]
+
+ReserveAfter = Annotated[
+    str | None,
+    _option(
+        "--reserve-after",
+        "DURATION",
+        "A workload that waits this long at the head of the project gets a reservation of "
+        "the nodes where it fits soonest (backfill), e.g. 30m (inherit: the parent's). "
+        "Its projects inherit it.",
+    ),
+]
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 
 # A queue's rules as the API takes them: limits in seconds by workload class.
@@ -249,6 +260,7 @@ def create_command(
     fair_share_k: FairShareK = None,
     pool_deserved: PoolDeserved = None,
     pool_limit: PoolLimit = None,
+    reserve_after: ReserveAfter = None,
 ) -> None:
     """Create a project; with --parent, inside a department (which may be new)."""
     with reported_errors(ctx):
@@ -271,6 +283,8 @@ def create_command(
 
         if (pools := pool_quotas(pool_deserved, pool_limit)) is not None:
             body["pools"] = pools
+
+        body.update(_reserve_after(reserve_after))
         if rules := _merged_rules(None, rule_changes):
             body["rules"] = rules
         with connect() as client:
@@ -280,7 +294,7 @@ def create_command(
         f"Created project {queue['name']}{where}: deserved {_amounts(queue['deserved'])}, "
         f"limit {_amounts(queue['limit'], empty='none')}."
         f"{pools_sentence(queue)}{_min_runtime_sentence(queue)}{_fair_share_sentence(queue)}"
-        f"{_rules_sentence(queue)}"
+        f"{_reserve_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 
@@ -307,6 +321,7 @@ def set_command(
     fair_share_k: FairShareK = None,
     pool_deserved: PoolDeserved = None,
     pool_limit: PoolLimit = None,
+    reserve_after: ReserveAfter = None,
 ) -> None:
     """Change some of a project's settings; the others stay as they are."""
     with reported_errors(ctx):
@@ -329,6 +344,8 @@ def set_command(
         pools_given = bool(pool_deserved or pool_limit)
         # Checked before anything is sent.
         pool_quotas(pool_deserved, pool_limit)
+
+        changes.update(_reserve_after(reserve_after))
         with connect() as client:
             if deserved_quota.given or limit_quota.given or rule_changes or pools_given:
                 # The API replaces a quota or the rules whole; merge so that --limit-cpu
@@ -350,7 +367,7 @@ def set_command(
         f"limit {_amounts(queue['limit'], empty='none')}, "
         f"over-quota weight {_weight(queue)}, priority {queue['priority']}."
         f"{pools_sentence(queue)}{_min_runtime_sentence(queue)}{_fair_share_sentence(queue)}"
-        f"{_rules_sentence(queue)}"
+        f"{_reserve_sentence(queue)}{_rules_sentence(queue)}"
     )
 
 
@@ -542,6 +559,21 @@ def _fair_share_sentence(queue: QueueOut) -> str:
     if (k := queue.get("fair_share_k")) is not None:
         parts.append(f"k {k:g}")
     return f" Time-decayed fair share: {', '.join(parts)}." if parts else ""
+
+
+def _reserve_after(text: str | None) -> dict[str, float | None]:
+    """The reserve_after field if given, in seconds; "inherit" is null (the parent's)."""
+    if text is None:
+        return {}
+    if text.strip().lower() == "inherit":
+        return {"reserve_after": None}
+    return {"reserve_after": parse_duration_option("--reserve-after", text)}
+
+
+def _reserve_sentence(queue: QueueOut) -> str:
+    """ " Reserves after 30m." when the queue itself sets reserve_after."""
+    seconds = queue.get("reserve_after")
+    return "" if seconds is None else f" Reserves after {format_duration(seconds)}."
 
 
 def _min_runtime_sentence(queue: QueueOut) -> str:

@@ -29,6 +29,7 @@ from corral.model import (
     Decisions,
     QueueCycle,
     QueueStatus,
+    Reservation,
     SchedulerConfig,
     Snapshot,
     UnknownParent,
@@ -165,6 +166,8 @@ class Cycle:
             "reclaim": Reclaim(session, victims, moves).run,
             "preempt": Preempt(session, victims).run,
         }
+        if session.reservations is not None:
+            session.reservations.reserve(session.waiting)
         for name in self.config.actions:
             actions[_known_action(name)]()
         return _decisions(session, self.weights, self.usage)
@@ -361,7 +364,11 @@ def _decisions(
         )
         for name, queue in session.queues.items()
     }
-    return Decisions(bindings, tuple(session.evictions), pending, queues)
+    reservations: dict[str, Reservation] = {}
+    if session.reservations is not None:
+        reservations = session.reservations.decided()
+        session.reservations.annotate(pending, reservations, session.evicted)
+    return Decisions(bindings, tuple(session.evictions), pending, queues, reservations=reservations)
 
 
 def _build_queues(snapshot: Snapshot) -> dict[str, QueueState]:
@@ -388,6 +395,7 @@ def _build_queues(snapshot: Snapshot) -> dict[str, QueueState]:
             "preempt": _inherited(queue, "preempt_min_runtime"),
             "reclaim": _inherited(queue, "reclaim_min_runtime"),
         }
+        queue.reserve_after = _inherited(queue, "reserve_after")
     return queues
 
 

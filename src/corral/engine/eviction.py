@@ -111,7 +111,7 @@ class VictimSearch:
         self._cursor[leaf.name] = start
         # Nothing passed over earlier in this attempt becomes usable again during it.
         start = max(start, self._resume.get(leaf.name, 0))
-        allowed = self.session.placer.eligible(ws)
+        allowed = self.session.placer.allowed_for(ws)
         by_name = self.session.state.by_name
         for position in range(start, len(units)):
             unit = units[position]

@@ -7,7 +7,7 @@ or none (a gang), and says why when they do not fit.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from corral.engine.fragmentation import Fragmentation
@@ -80,6 +80,9 @@ class Placer:
         self._max_device_memory = max(
             (node.node.gpu_memory for node in state.nodes if node.node.gpus), default=0
         )
+        # Nodes a workload may not use this cycle (held by reservations), when any are.
+        self.hold: Callable[[WorkloadState], frozenset[int]] | None = None
+        self._without: dict[tuple[Allowed, frozenset[int]], frozenset[int]] = {}
 
     # -- which nodes a workload may use ---------------------------------------------
 
@@ -100,6 +103,24 @@ class Placer:
             self._eligible[key] = found
         return found
 
+    def allowed_for(self, workload: WorkloadState) -> Allowed:
+        """The nodes `workload` may be placed on now: `eligible` less the nodes that
+        reservations hold against it."""
+        allowed = self.eligible(workload)
+        if self.hold is None:
+            return allowed
+        held = self.hold(workload)
+        if not held:
+            return allowed
+        key = (allowed, held)
+        found = self._without.get(key)
+        if found is None:
+            nodes = self.nodes_of(allowed)
+            found = self._without[key] = frozenset(
+                node.index for node in nodes if node.index not in held
+            )
+        return found
+
     def nodes_of(self, allowed: Allowed) -> Iterable[NodeState]:
         if allowed is None:
             return (node for node in self.state.nodes if node.node.schedulable)
@@ -109,7 +130,7 @@ class Placer:
 
     def place(self, workload: WorkloadState, tasks: list[int]) -> list[Placement] | Failure:
         """Bind `tasks` of `workload` into the state, all or none."""
-        allowed = self.eligible(workload)
+        allowed = self.allowed_for(workload)
         if allowed is not None and not allowed:
             selector = selector_text(workload.workload.node_selector)
             return Failure(0, f"no schedulable node matches node selector {selector}")
@@ -499,7 +520,8 @@ class Placer:
     ) -> str:
         group = workload.tasks[tasks[min(placed, len(tasks) - 1)]]
         shape = describe_task(group)
-        where = "" if allowed is None else " matching its node selector"
+        # Not `allowed`: reservations may narrow it for a workload with no selector.
+        where = " matching its node selector" if workload.workload.node_selector else ""
         too_big = self._too_big(group, allowed)
         if too_big:
             return too_big

@@ -31,6 +31,7 @@ from corral.model import (
     Placement,
     Queue,
     QueueStatus,
+    Reservation,
     Resources,
     SchedulerConfig,
     Snapshot,
@@ -85,6 +86,8 @@ class _Run:
     reasons: dict[str, dict[str, str]] = field(default_factory=dict)
     evicted: dict[str, str] = field(default_factory=dict)
     statuses: dict[str, Mapping[str, QueueStatus]] = field(default_factory=dict)
+    # Each pool's reservations (backfill), as its last pass made them.
+    reservations: dict[str, Mapping[str, Reservation]] = field(default_factory=dict)
 
 
 def schedule_pools(
@@ -219,6 +222,7 @@ def _merge(
     evicted here loses those tasks too: a gang runs whole or not at all."""
     sub, decisions, candidates = step
     run.statuses[pool] = decisions.queues
+    run.reservations[pool] = decisions.reservations
     for name, placements in decisions.bindings.items():
         run.bindings.setdefault(name, []).extend(placements)
     for name in candidates:
@@ -275,12 +279,21 @@ def _decisions(
         for name, placements in run.bindings.items()
         if name in run.current
     }
+    # Reported in the first of its pools (by its preference) that reserved nodes for it.
+    reservations: dict[str, Reservation] = {}
+    for name, pools in preferences.items():
+        for pool in pools:
+            held = run.reservations.get(pool, {}).get(name)
+            if held is not None and name not in bindings:
+                reservations[name] = held
+                break
     return Decisions(
         bindings,
         tuple(run.evictions),
         pending,
         _totals(snapshot.queues, run.statuses),
         dict(run.statuses),
+        reservations,
     )
 
 

@@ -15,6 +15,7 @@ from corral.engine.kinds import EVICTED, EvictionKind, Request
 from corral.engine.ordering import FairOrder
 from corral.engine.placement import Failure, Placer
 from corral.engine.quota import quota_block
+from corral.engine.reservation import Reservations
 from corral.engine.state import Candidate, ClusterState, QueueState, WorkloadState
 from corral.model import Eviction, Placement, SchedulerConfig
 
@@ -47,6 +48,11 @@ class Session:
         # state has only filled up, so pending work that did not fit still does not.
         self.settled = False
         self._by_node: dict[str, list[WorkloadState]] | None = None
+        # Backfill reservations, when some queue sets `reserve_after`.
+        self.reservations: Reservations | None = None
+        if any(queue.reserve_after > 0 for queue in queues.values()):
+            self.reservations = Reservations(state, placer, workloads)
+            placer.hold = self.reservations.hold_for
 
     def request_of(self, ws: WorkloadState, tasks: Iterable[int]) -> Request:
         """GPU, CPU and memory of some tasks: as placed for running ones, nominal otherwise."""

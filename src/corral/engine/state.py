@@ -88,6 +88,7 @@ class QueueState:
         "priority",
         "queue",
         "requested",
+        "reserve_after",
         "stamp",
         "weight",
     )
@@ -121,6 +122,9 @@ class QueueState:
         # Seconds its work must have run before it is a victim, by eviction kind, as
         # inherited down the tree (set once the tree is built; 0 is off).
         self.min_runtime: dict[str, float] = {"preempt": 0.0, "reclaim": 0.0}
+        # Seconds its head workload waits before it gets a reservation, as inherited down
+        # the tree (0 is off).
+        self.reserve_after = 0.0
 
     @property
     def leaf(self) -> bool:

@@ -132,6 +132,10 @@ class Queue:
             return PoolQuota(self.deserved, self.limit)
         return PoolQuota()
 
+    # Seconds a workload waits at the head of this queue before it gets a reservation
+    # (backfill): None inherits the parent's, and a root's None is off.
+    reserve_after: float | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class TaskGroup:
@@ -210,6 +214,12 @@ class Workload:
     since_checkpoint: float | None = None
     # Node pools it may run in, in order of preference; empty: any pool.
     node_pools: tuple[str, ...] = ()
+
+    # Seconds a run may last at most (it is stopped then); None: no limit, end unknown.
+    max_runtime: float | None = None
+    # Seconds since a pending workload last became pending (for reservations); None:
+    # unknown, just arrived.
+    waiting_for: float | None = None
 
     @property
     def task_count(self) -> int:
@@ -301,6 +311,18 @@ class QueueStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """Nodes held for a pending workload that has waited long at the head of its queue:
+    no new work goes there unless its max runtime ends before `starts_in` (seconds from
+    the cycle; None when the nodes wait on work with no max runtime, so nothing may
+    backfill)."""
+
+    workload: str
+    nodes: tuple[str, ...]
+    starts_in: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Decisions:
     """What one cycle decided.
 
@@ -308,6 +330,8 @@ class Decisions:
     moved (consolidation). `bindings` maps a workload to the placements of the tasks it
     starts this cycle (a growing elastic workload lists only its new tasks).
     `pending` gives the reason for every workload that wanted to run more and could not.
+    `reservations` lists the nodes held for pending workloads, by workload (empty unless
+    a queue sets `reserve_after`).
     """
 
     bindings: Mapping[str, tuple[Placement, ...]]
@@ -316,6 +340,8 @@ class Decisions:
     queues: Mapping[str, QueueStatus]
     # When node pools are in use: each pool's queue totals (`queues` adds them up).
     pools: Mapping[str, Mapping[str, QueueStatus]] = field(default_factory=dict)
+
+    reservations: Mapping[str, Reservation] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:

@@ -40,6 +40,15 @@ def check_expectations(scenario: Scenario, result: PlanResult) -> list[str]:
         failure = _check_same_gpu(group, result)
         if failure is not None:
             failures.append(failure)
+    for name, nodes in expectations.reserved.items():
+        held = result.reservations.get(name)
+        if held is None:
+            failures.append(f"{name}: expected a reservation of {_nodes(nodes)}, but it has none")
+        elif tuple(sorted(held.nodes)) != nodes:
+            failures.append(
+                f"{name}: expected a reservation of {_nodes(nodes)}, "
+                f"but it holds {_nodes(held.nodes)}"
+            )
     return failures
 
 

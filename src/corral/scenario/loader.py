@@ -68,6 +68,7 @@ _QUEUE_FIELDS = (
     "fair_share_k",
     "usage",
     "pools",
+    "reserve_after",
 )
 _POOL_QUOTA_FIELDS = ("deserved", "limit")
 _RESOURCE_FIELDS = ("gpu", "cpu", "memory")
@@ -87,11 +88,13 @@ _WORKLOAD_FIELDS = (
     "running_for",
     "since_checkpoint",
     "node_pools",
+    "max_runtime",
+    "waiting_for",
 )
 _RUNNING_FIELDS = ("node", "nodes", "gpu_group", "running_for", "since_checkpoint")
 _TASK_GROUP_FIELDS = ("name", "replicas", "gpu", "gpu_memory", "cpu", "memory")
 _TOPOLOGY_FIELDS = ("required", "preferred")
-_EXPECT_FIELDS = ("running", "pending", "evicted", "same_gpu")
+_EXPECT_FIELDS = ("running", "pending", "evicted", "same_gpu", "reserved")
 
 # Typed lookups double as the list of accepted values.
 _PLACEMENTS: Mapping[str, PlacementPolicy] = {"binpack": "binpack", "spread": "spread"}
@@ -305,6 +308,7 @@ def _read_queues(value: object) -> tuple[dict[str, Queue], dict[str, float]]:
             fair_share_half_life=_given(fields, "fair_share_half_life", path, _duration, None),
             fair_share_k=_given(fields, "fair_share_k", path, _optional_number, None),
             pools=_given(fields, "pools", path, _read_pool_quotas, {}),
+            reserve_after=_given(fields, "reserve_after", path, _duration, None),
         )
         _check_limit(queue, f"{path}.limit")
         for pool, quota in queue.pools.items():
@@ -440,10 +444,14 @@ def _read_workload(
         running_for=_given(fields, "running_for", path, _duration, None),
         since_checkpoint=_given(fields, "since_checkpoint", path, _duration, None),
         node_pools=_given(fields, "node_pools", path, _read_node_pools, ()),
+        max_runtime=_given(fields, "max_runtime", path, _duration, None),
+        waiting_for=_given(fields, "waiting_for", path, _duration, None),
     )
     status = fields.get("status", "pending")
     if status not in _STATUSES:
         raise FieldError(f"{path}.status", f"must be pending or running, not {_kind(status)}")
+    if status == "running" and "waiting_for" in fields:
+        raise FieldError(f"{path}.waiting_for", "only a pending workload has this field")
     if status == "pending":
         for key in _RUNNING_FIELDS:
             if key in fields:
@@ -618,7 +626,40 @@ def _read_expect(
             if not all(group.fractional for group in workloads[name].task_groups):
                 raise FieldError(f"{path}[{at}]", f'"{name}" does not ask for a GPU fraction')
         same_gpu.append(names)
-    return Expectations(running=running, pending=pending, evicted=evicted, same_gpu=tuple(same_gpu))
+    reserved = _read_reserved(fields.get("reserved"), running, workloads, nodes)
+    return Expectations(
+        running=running,
+        pending=pending,
+        evicted=evicted,
+        same_gpu=tuple(same_gpu),
+        reserved=reserved,
+    )
+
+
+def _read_reserved(
+    value: object,
+    running: Mapping[str, RunningExpectation],
+    workloads: Mapping[str, Workload],
+    nodes: Mapping[str, Node],
+) -> dict[str, tuple[str, ...]]:
+    """`expect.reserved`: pending workload -> the nodes reserved for it (a list)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FieldError(
+            "expect.reserved", f"must be a mapping of workload to nodes, not {_kind(value)}"
+        )
+    reserved: dict[str, tuple[str, ...]] = {}
+    for key, target in value.items():
+        path = f"expect.reserved.{key}"
+        workload = _known_workload(key, path, workloads)
+        if workload.name in running:
+            raise FieldError(path, f'"{workload.name}" is also expected running')
+        listed = [target] if isinstance(target, str) else _list(target, path)
+        reserved[workload.name] = tuple(
+            sorted(_known_node(item, f"{path}[{at}]", nodes) for at, item in enumerate(listed))
+        )
+    return reserved
 
 
 def _running_expectation(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from corral.engine import apply_decisions, schedule
-from corral.model import Decisions, Placement, QueueStatus
+from corral.model import Decisions, Placement, QueueStatus, Reservation
 from corral.scenario.types import MAX_CYCLES, UNTIL_STABLE, Scenario
 
 # Amounts are floats; rounding keeps 0.1 + 0.2 from printing as 0.30000000000000004.
@@ -63,7 +63,8 @@ class PlanResult:
     """What `plan` found: cycles run, final workload states, every eviction, final queues.
 
     `workloads` and `queues` keep the scenario's listing order. `pools`, when the scenario
-    uses node pools, gives the queues in each pool.
+    uses node pools, gives the queues in each pool. `reservations` are the last cycle's
+    (backfill), by workload.
     """
 
     cycles: int
@@ -71,19 +72,12 @@ class PlanResult:
     evictions: tuple[EvictionRecord, ...]
     queues: Mapping[str, QueueOutcome]
     pools: Mapping[str, Mapping[str, QueueOutcome]] = field(default_factory=dict)
+    reservations: Mapping[str, Reservation] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        """The JSON document `corral plan FILE --json` prints, as plain Python values."""
-        document = self._json()
-        if self.pools:
-            document["pools"] = {
-                pool: {name: _queue_json(queue) for name, queue in queues.items()}
-                for pool, queues in self.pools.items()
-            }
-        return document
-
-    def _json(self) -> dict[str, object]:
-        return {
+        """The JSON document `corral plan FILE --json` prints, as plain Python values
+        (with `pools` and `reservations` only when there are any)."""
+        document: dict[str, object] = {
             "cycles": self.cycles,
             "workloads": {
                 name: _workload_json(outcome) for name, outcome in self.workloads.items()
@@ -100,6 +94,17 @@ class PlanResult:
             ],
             "queues": {name: _queue_json(queue) for name, queue in self.queues.items()},
         }
+        if self.reservations:
+            document["reservations"] = {
+                name: {"nodes": list(held.nodes), "starts_in": held.starts_in}
+                for name, held in self.reservations.items()
+            }
+        if self.pools:
+            document["pools"] = {
+                pool: {name: _queue_json(queue) for name, queue in queues.items()}
+                for pool, queues in self.pools.items()
+            }
+        return document
 
 
 def plan(scenario: Scenario) -> PlanResult:
@@ -139,7 +144,8 @@ def plan(scenario: Scenario) -> PlanResult:
             )
     names = [queue.name for queue in scenario.snapshot.queues]
     pools = {pool: _outcomes(names, statuses) for pool, statuses in decisions.pools.items()}
-    return PlanResult(cycle, workloads, tuple(evictions), _outcomes(names, decisions.queues), pools)
+    queues = _outcomes(names, decisions.queues)
+    return PlanResult(cycle, workloads, tuple(evictions), queues, pools, decisions.reservations)
 
 
 def _outcomes(names: list[str], statuses: Mapping[str, QueueStatus]) -> dict[str, QueueOutcome]:

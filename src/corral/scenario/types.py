@@ -42,6 +42,8 @@ class Expectations:
     pending: tuple[str, ...] = ()
     evicted: tuple[str, ...] = ()
     same_gpu: tuple[tuple[str, ...], ...] = ()
+    # Pending workloads expected to hold a reservation at the end, and its nodes.
+    reserved: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,6 +238,8 @@ class QueueOut(TypedDict):
     usage: float | None
     # why the effective weight differs from the over-quota weight
     weight_reason: str | None
+    # seconds, set on this queue itself (null: inherited or off)
+    reserve_after: float | None
     # from the latest scheduling cycle
     fair_share: Amounts | None
     allocated: Amounts | None

@@ -62,6 +62,7 @@ def queue_out(
         effective_weight=status.weight if status else None,
         usage=status.usage if status else None,
         weight_reason=weight_reason(queue, status, settings or {}),
+        reserve_after=queue.reserve_after,
         fair_share=Amounts.of(status.fair_share) if status else None,
         allocated=Amounts.of(status.allocated) if status else None,
         requested=Amounts.of(status.requested) if status else None,

@@ -210,8 +210,8 @@ class SchedulerLoop:
         if self.store.generation != generation:
             return  # the store moved on; this cycle will not be written
         # Idle flags come from telemetry and may lag in a kept snapshot by design, and so
-        # do the times work has run for (min-runtime) and since its last checkpoint, until
-        # the next full read.
+        # do the times work has run for (min-runtime), since its last checkpoint and waited
+        # (reservations), until the next full read.
         if full.nodes != snapshot.nodes or full.queues != snapshot.queues:
             raise AssertionError("kept snapshot: nodes or queues differ from the store")
         kept = {w.name: w for w in snapshot.workloads}
@@ -228,6 +228,7 @@ class SchedulerLoop:
                     idle=a.idle,
                     running_for=a.running_for,
                     since_checkpoint=a.since_checkpoint,
+                    waiting_for=a.waiting_for,
                 )
             ):
                 raise AssertionError(f"kept snapshot: {name} differs: {a} != {b}")

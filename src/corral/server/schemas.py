@@ -217,6 +217,11 @@ class QueueIn(Body):
     fair_share_k: UsageFactor | None = Field(
         None, description="time-decayed fair share: usage factor k; null inherits (default 1)"
     )
+    reserve_after: MinRuntime | None = Field(
+        None,
+        description="a workload that waits this long at the head of the queue gets a "
+        "reservation (backfill); null inherits",
+    )
     rules: RulesIn | None = Field(None, description="rules that act on utilisation, by class")
     pools: PoolQuotas = Field(default_factory=dict)
 
@@ -233,6 +238,7 @@ class QueueIn(Body):
             fair_share_half_life=_optional_seconds(self.fair_share_half_life),
             fair_share_k=self.fair_share_k,
             pools=_pool_models(self.pools),
+            reserve_after=_optional_seconds(self.reserve_after),
         )
 
 
@@ -253,6 +259,8 @@ class QueuePatch(Body):
     reclaim_min_runtime: MinRuntime | None = Field(None, description="null: inherit again")
     fair_share_half_life: MinRuntime | None = Field(None, description="null: inherit again")
     fair_share_k: UsageFactor | None = Field(None, description="null: inherit again")
+
+    reserve_after: MinRuntime | None = Field(None, description="null: inherit again")
     rules: RulesIn | None = Field(None, description="replaces all the queue's rules; null: none")
     pools: PoolQuotas | None = Field(None, description="replaces all its pool quotas; null: none")
 
@@ -269,7 +277,12 @@ class QueuePatch(Body):
             changes["over_quota_weight"] = _weights(self.over_quota_weight)
         if "priority" in given and self.priority is not None:
             changes["priority"] = self.priority
-        for field in ("preempt_min_runtime", "reclaim_min_runtime", "fair_share_half_life"):
+        for field in (
+            "preempt_min_runtime",
+            "reclaim_min_runtime",
+            "fair_share_half_life",
+            "reserve_after",
+        ):
             if field in given:
                 changes[field] = _optional_seconds(getattr(self, field))
         if "fair_share_k" in given:
@@ -352,6 +365,10 @@ class QueueOut(BaseModel):
     )
     weight_reason: str | None = Field(
         None, description="why the effective weight differs from the over-quota weight"
+    )
+
+    reserve_after: float | None = Field(
+        None, description="seconds, set on this queue itself (null: inherited or off)"
     )
     fair_share: Amounts | None = Field(description="from the latest scheduling cycle")
     allocated: Amounts | None

@@ -12,10 +12,11 @@ With time-decayed fair share on for some queue, the simulation keeps each queue'
 history on its virtual clock (`sim.usage`) and gives every cycle the usage shares, as
 the server does from its store.
 
-A job runs its `duration` of work. Evicted, it goes back to pending, keeps the progress
-of its last checkpoint (one every `checkpoint_interval` seconds of progress) and pays
-`restart_cost` seconds when it starts again. A consolidation (a move) is an eviction
-and a start in the same cycle.
+A job runs its `duration` of work; with `max_runtime_factor` its max runtime (what
+reservations plan with) is that duration times the factor, from each start. Evicted, it
+goes back to pending, keeps the progress of its last checkpoint (one every
+`checkpoint_interval` seconds of progress) and pays `restart_cost` seconds when it starts
+again. A consolidation (a move) is an eviction and a start in the same cycle.
 
 Queues with a min-runtime (`preempt_min_runtime`, `reclaim_min_runtime`, own or
 inherited) protect young work: each cycle then tells the engine how long every running
@@ -75,7 +76,11 @@ class SimSettings:
     so that it takes the victims that lose the least work (otherwise it sees none, and
     takes the newest). `running_for` tells it how long each running job has run since it
     last started, as the live scheduler does (always so when a queue has a min-runtime);
-    without checkpoints, the victims that lose the least are then those that ran least."""
+    without checkpoints, the victims that lose the least are then those that ran least.
+    `max_runtime_factor` gives each job a max runtime of its duration times this factor
+    (None: no max runtime). When a queue sets `reserve_after`, the engine is told before
+    each cycle how long each pending job has waited (since it last became pending) and
+    each running job has run (since it last started), for reservations (backfill)."""
 
     cycle_interval: float = 10.0
     checkpoint_interval: float = 1800.0
@@ -85,6 +90,7 @@ class SimSettings:
     shortcuts: bool = True
     checkpoint_aware: bool = False
     running_for: bool = False
+    max_runtime_factor: float | None = None
 
 
 # Task groups and node selector: what the engine weighs of a pending workload it does
@@ -113,6 +119,7 @@ class _JobState:
         "kind",
         "lost",
         "order",
+        "pending_since",
         "placed",
         "preemptions",
         "project",
@@ -143,6 +150,7 @@ class _JobState:
         self.kind: KindKey = (job.task_groups, tuple(sorted(workload.node_selector.items())))
         self.saved = 0.0  # progress kept by the last checkpoint (s of work)
         self.run_start = math.nan
+        self.pending_since = job.submitted
         self.restart = 0.0  # restart cost paid at the start of the current run
         self.first_start = math.nan
         self.end = math.nan
@@ -172,6 +180,9 @@ class Simulation:
     ) -> None:
         if settings.cycle_interval <= 0:
             raise SimError("settings", "the cycle interval must be positive")
+        factor = settings.max_runtime_factor
+        if factor is not None and not (math.isfinite(factor) and factor > 0):
+            raise SimError("settings", "the max runtime factor must be a positive number")
         self.setup = setup
         self.trace = trace
         self.settings = settings
@@ -213,10 +224,14 @@ class Simulation:
         # Seconds a job of each queue is protected after it starts (0: not at all).
         self.protection = _protection(setup.queues)
         self.protects = any(seconds > 0 for seconds in self.protection.values())
-        self.tells_running_for = settings.running_for or self.protects
+        # Reservations need waiting and running times, which cost a new workload per job
+        # per cycle: told only when some queue reserves.
+        self.reserving = any(queue.reserve_after is not None for queue in setup.queues)
+        self.tells_running_for = settings.running_for or self.protects or self.reserving
 
     def _workload(self, job: Job) -> Workload:
         pool = self.setup.pool
+        factor = self.settings.max_runtime_factor
         return Workload(
             name=job.name,
             queue=pool or job.project,
@@ -225,6 +240,7 @@ class Simulation:
             preemptible=job.preemptible,
             node_selector={"gpu_model": job.gpu_models} if job.gpu_models else {},
             submitted=job.submitted,
+            max_runtime=None if factor is None else max(job.duration * factor, 1.0),
         )
 
     # -- the loop ----------------------------------------------------------------------
@@ -276,6 +292,7 @@ class Simulation:
         self._to_pending(state)
 
     def _to_pending(self, state: _JobState) -> None:
+        state.pending_since = self.recorder.now
         self.waiting[state.job.name] = state.workload
         kind = self.waiting_kinds.get(state.kind)
         if kind is None:
@@ -312,6 +329,8 @@ class Simulation:
             self._tell_checkpoints(now)
         if self.tells_running_for:
             self._tell_running_for(now)
+        if self.reserving:
+            self._tell_waiting_for(now)
         decisions = self._schedule_selected() if shortcuts else self._schedule_all()
         self._apply(decisions, now)
         self.gate.cycle_done(decisions.changed)
@@ -354,6 +373,16 @@ class Simulation:
             if now < until < first:
                 first = until
         return first if first == math.inf else _grid(first, self.settings.cycle_interval)
+
+    def _tell_waiting_for(self, now: float) -> None:
+        """Give each pending workload the time it has waited since it last became pending
+        (reservations go to heads that waited long enough)."""
+        for name, workload in self.waiting.items():
+            waited = now - self.by_name[name].pending_since
+            if workload.waiting_for != waited:
+                self.waiting[name] = self.by_name[name].workload = replace(
+                    workload, waiting_for=waited
+                )
 
     def _schedule_selected(self) -> Decisions:
         """A cycle over the pending work the gate says matters (all of it if in doubt)."""

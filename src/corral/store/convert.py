@@ -38,6 +38,8 @@ def fill_queue(row: QueueRow, queue: Queue) -> None:
 
     row.pools = pools_json(queue.pools) or None
 
+    row.reserve_after = queue.reserve_after
+
 
 def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
     """The queue of a row; `names` maps queue ids to names (for the parent)."""
@@ -55,6 +57,7 @@ def queue_from_row(row: QueueRow, names: dict[int, str]) -> Queue:
         fair_share_half_life=row.fair_share_half_life,
         fair_share_k=row.fair_share_k,
         pools=pools_of_json(row.pools),
+        reserve_after=row.reserve_after,
     )
 
 

@@ -53,7 +53,8 @@ def create_queue(session: Session, queue: Queue) -> QueueRecord:
 
 def update_queue(session: Session, name: str, changes: Mapping[str, Any]) -> QueueRecord:
     """Change some of a queue's fields: parent, deserved, limit, over_quota_weight, priority,
-    preempt_min_runtime, reclaim_min_runtime, fair_share_half_life, fair_share_k."""
+    preempt_min_runtime, reclaim_min_runtime, fair_share_half_life, fair_share_k,
+    reserve_after."""
     row = queue_row(session, name)
     names = queue_names(session)
     current = queue_from_row(row, names)

@@ -129,6 +129,9 @@ def active_workloads(
             WorkloadRow.topology_key,
             WorkloadRow.topology_required,
             WorkloadRow.checkpoint_at,
+            WorkloadRow.max_runtime,
+            WorkloadRow.created_at,
+            WorkloadRow.pending_since,
         )
         .where(active, WorkloadRow.id > after)
         .order_by(WorkloadRow.id)
@@ -160,6 +163,11 @@ def active_workloads(
             # For min-runtime: since its running tasks were bound (a restart starts anew).
             running_for=max(now - started[w.id], 0.0) if w.id in started else None,
             since_checkpoint=_since_checkpoint(now, started.get(w.id), w.checkpoint_at),
+            max_runtime=w.max_runtime,
+            # For reservations: since it last became pending.
+            waiting_for=None
+            if w.status != "pending"
+            else max(now - (w.pending_since or w.created_at), 0.0),
         )
         for w in rows
     )

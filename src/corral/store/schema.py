@@ -57,6 +57,10 @@ class QueueRow(Base):
     # Time-decayed fair share: half-life in seconds and usage factor; NULL inherits.
     fair_share_half_life: Mapped[float | None] = mapped_column(Float)
     fair_share_k: Mapped[float | None] = mapped_column(Float)
+
+    # Seconds the head workload waits before it gets a reservation (backfill); NULL
+    # inherits (0011_backfill).
+    reserve_after: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
     # Rules that act on utilisation, by workload class (corral.store.rules); NULL for none.
     rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -57,7 +57,7 @@ class Consolidate:
         domain is tried in each domain big enough for it, the one with most free first."""
         ws = candidate.workload
         tasks = candidate.tasks
-        allowed = self.session.placer.eligible(ws)
+        allowed = self.session.placer.allowed_for(ws)
         topology = ws.workload.topology
         if topology is None:
             return self._moves_within(ws, tasks, allowed)

@@ -290,7 +290,7 @@ class Reclaim:
         runs, by the GPUs free or held by that work there, most first (then by name)."""
         session = self.session
         targets = []
-        for node in session.placer.nodes_of(session.placer.eligible(ws)):
+        for node in session.placer.nodes_of(session.placer.allowed_for(ws)):
             held = sum(
                 placement.gpu
                 for other in session.by_node.get(node.name, [])

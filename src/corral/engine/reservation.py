@@ -19,6 +19,7 @@ snapshot (`Workload.waiting_for`, `running_for`, `max_runtime`), so the engine s
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -63,6 +64,10 @@ class Reservations:
         whose expected start comes before `ws` would end."""
         if not self._held:
             return frozenset()
+        if any(reservation.workload.running for reservation in self._held):
+            # Placed this cycle: the rest of its nodes is free for anyone again (and it is
+            # not reported: `decided` gives only the reservations of pending work).
+            self._held = [h for h in self._held if not h.workload.running]
         end = expected_end(ws)
         held: set[int] = set()
         for reservation in self._held:
@@ -94,12 +99,20 @@ class Reservations:
             and ws.workload.waiting_for >= ws.queue.reserve_after
         ]
         due.sort(key=lambda ws: (-ws.workload.priority, -(ws.workload.waiting_for or 0.0), ws.name))
+        # Running work by expected end, sorted once for every head (unknown ends last).
+        ending: list[tuple[float, str, WorkloadState]] = []
+        if due:
+            for other in self.workloads:
+                if other.running:
+                    end = expected_end(other)
+                    ending.append((math.inf if end is None else end, other.name, other))
+            ending.sort(key=lambda item: (item[0], item[1]))
         for ws in due:
             tasks = list(range(ws.workload.min_tasks))
             request = _request(self.placer, ws, tasks)
             if quota_block(ws, request) is not None or self.placer.too_big(ws, tasks):
                 continue
-            found = self._soonest(ws, tasks, request[0])
+            found = self._soonest(ws, tasks, request[0], ending)
             if found is not None:
                 self._held.append(_Held(ws, found[0], found[1]))
 
@@ -140,37 +153,41 @@ class Reservations:
                 pending[name] = f"{pending[name]}; reserved for {holders}: {names}"
 
     def _soonest(
-        self, ws: WorkloadState, tasks: list[int], need: float
+        self,
+        ws: WorkloadState,
+        tasks: list[int],
+        need: float,
+        ending: list[tuple[float, str, WorkloadState]],
     ) -> tuple[frozenset[int], float | None] | None:
         """The nodes where the gang would fit soonest and when (seconds from now, 0 when
         it fits now), by taking running work off in the order of its expected end; None
         when it fits nowhere even once all of it has ended (other reservations hold the
-        room)."""
+        room). `ending`: the running work in the order of its expected end."""
         state = self.state
         eligible = self.placer.eligible(ws)
-        ending: list[tuple[float, str, WorkloadState]] = []
-        for other in self.workloads:
-            if not other.running or other is ws:
-                continue
-            if eligible is not None and not any(
-                state.by_name[p.node].index in eligible for p in other.running.values()
-            ):
-                continue
-            end = expected_end(other)
-            ending.append((math.inf if end is None else end, other.name, other))
-        ending.sort(key=lambda item: (item[0], item[1]))
-        # First as things are (end 0), then after each expected end in turn.
-        steps: list[tuple[float, WorkloadState | None]] = [(0.0, None)]
-        steps.extend((end, other) for end, _, other in ending)
+        # Only work on nodes the gang may use frees room for it; read lazily, since the
+        # gang usually fits long before the last end.
+        ended = (
+            (end, other)
+            for end, _, other in ending
+            if other is not ws
+            and (
+                eligible is None
+                or any(state.by_name[p.node].index in eligible for p in other.running.values())
+            )
+        )
         mark = state.checkpoint()
         found: tuple[frozenset[int], float | None] | None = None
         try:
-            for at, (end, ended) in enumerate(steps):
-                if ended is not None:
-                    for task in list(ended.running):
-                        state.unbind(ended, task)
-                if at + 1 < len(steps) and steps[at + 1][0] == end:
-                    continue  # work that ends together frees its room together
+            # First as things are (end 0), then after each expected end in turn: work that
+            # ends together frees its room together.
+            groups = itertools.chain(
+                [(0.0, iter(()))], itertools.groupby(ended, key=lambda item: item[0])
+            )
+            for end, together in groups:
+                for _, other in together:
+                    for task in list(other.running):
+                        state.unbind(other, task)
                 if state.free_gpu + EPSILON < need:
                     continue
                 result = self.placer.place(ws, tasks)

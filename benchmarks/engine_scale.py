@@ -44,6 +44,7 @@ from dataclasses import replace
 
 from corral.engine import schedule
 from corral.model import (
+    Decisions,
     Node,
     Placement,
     Queue,
@@ -152,30 +153,30 @@ def with_policies(snapshot: Snapshot, names: Collection[str]) -> Snapshot:
     return replace(snapshot, queues=queues, workloads=tuple(workloads))
 
 
-def run_reclaim(
-    repeat: int, scale: int = 1, job_gpus: int = 1, names: Collection[str] = ()
-) -> tuple[float, int]:
-    snapshot = with_policies(reclaim_snapshot(scale, job_gpus), names)
+def best_cycle(snapshot: Snapshot, repeat: int) -> tuple[float, Decisions]:
+    """The least CPU time of `repeat` cycles over `snapshot`, and the cycle's decisions."""
     best = float("inf")
-    evictions = 0
-    for _ in range(repeat):
+    decisions = None
+    for _ in range(max(repeat, 1)):
         start = time.process_time()
         decisions = schedule(snapshot, SchedulerConfig())
         best = min(best, time.process_time() - start)
-        evictions = len(decisions.evictions)
-    return best, evictions
+    assert decisions is not None
+    return best, decisions
+
+
+def run_reclaim(
+    repeat: int, scale: int = 1, job_gpus: int = 1, names: Collection[str] = ()
+) -> tuple[float, int]:
+    seconds, decisions = best_cycle(with_policies(reclaim_snapshot(scale, job_gpus), names), repeat)
+    return seconds, len(decisions.evictions)
 
 
 def run_placement(repeat: int, names: Collection[str] = ()) -> tuple[float, int, int]:
     snapshot = with_policies(placement_snapshot(), names)
-    best = float("inf")
-    placed = 0
-    for _ in range(repeat):
-        start = time.process_time()
-        decisions = schedule(snapshot, SchedulerConfig())
-        best = min(best, time.process_time() - start)
-        placed = sum(len(placements) for placements in decisions.bindings.values())
-    return best, placed, len(snapshot.workloads)
+    seconds, decisions = best_cycle(snapshot, repeat)
+    placed = sum(len(placements) for placements in decisions.bindings.values())
+    return seconds, placed, len(snapshot.workloads)
 
 
 def main() -> None:

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import replace
 
-from corral.engine import schedule
-from corral.model import PoolQuota, SchedulerConfig, Snapshot, gpu_quota
-from engine_scale import reclaim_snapshot
+from corral.model import PoolQuota, Snapshot, gpu_quota
+from engine_scale import best_cycle, reclaim_snapshot
 
 
 def pooled(snapshot: Snapshot) -> Snapshot:
@@ -50,14 +48,8 @@ def pooled(snapshot: Snapshot) -> Snapshot:
 
 
 def best_of(snapshot: Snapshot, repeat: int) -> tuple[float, int]:
-    best = float("inf")
-    evictions = 0
-    for _ in range(repeat):
-        start = time.process_time()
-        decisions = schedule(snapshot, SchedulerConfig())
-        best = min(best, time.process_time() - start)
-        evictions = len(decisions.evictions)
-    return best, evictions
+    seconds, decisions = best_cycle(snapshot, repeat)
+    return seconds, len(decisions.evictions)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
+from corral.store import Store
 from corral.store.database import MIGRATIONS
 
 # Rows of a store from before 0006: columns every revision from 0002 on has.
@@ -36,3 +37,15 @@ def migrated(url: str, revision: str) -> sa.Engine:
     engine = sa.create_engine(url)
     upgrade_to(engine, revision)
     return engine
+
+
+def store_of_before(url: str, revision: str) -> Store:
+    """The database at `url` brought to `revision` with the queue and workload of a store
+    of before (OLD_QUEUE, OLD_WORKLOAD) in it, then opened as a Store, which upgrades it
+    to the head."""
+    engine = migrated(url, revision)
+    with engine.begin() as connection:
+        connection.execute(sa.text(OLD_QUEUE))
+        connection.execute(sa.text(OLD_WORKLOAD))
+    engine.dispose()
+    return Store(url)

@@ -8,7 +8,6 @@ import math
 import time
 from pathlib import Path
 
-import sqlalchemy as sa
 from sqlalchemy import update
 
 from corral.model import Decisions, Eviction, Node, Placement, Queue, Resources, TaskGroup
@@ -17,7 +16,7 @@ from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Store
 from corral.store.reports import Checkpointed
 from corral.store.schema import PlacementRow, WorkloadRow
-from migration_support import OLD_QUEUE, OLD_WORKLOAD, migrated
+from migration_support import store_of_before
 
 HOUR = 3600.0
 
@@ -194,12 +193,7 @@ def test_a_checkpoint_in_the_grace_period_saves_the_work_the_preemption_was_to_l
 
 def test_a_store_of_0006_ux_is_upgraded(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = migrated(url, "0006_ux")
-    with engine.begin() as connection:
-        connection.execute(sa.text(OLD_QUEUE))
-        connection.execute(sa.text(OLD_WORKLOAD))
-    engine.dispose()
-    store = Store(url)
+    store = store_of_before(url, "0006_ux")
     try:
         old = store.get_workload("old")
         assert old.checkpoint_at is None and old.lost_work is None

@@ -6,20 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import sqlalchemy as sa
-
-from corral.store import Store
-from migration_support import OLD_QUEUE, OLD_WORKLOAD, migrated
+from migration_support import store_of_before
 
 
 def test_a_store_of_0003_memberships_is_upgraded(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = migrated(url, "0003_memberships")
-    with engine.begin() as connection:
-        connection.execute(sa.text(OLD_QUEUE))
-        connection.execute(sa.text(OLD_WORKLOAD))
-    engine.dispose()
-    store = Store(url)
+    store = store_of_before(url, "0003_memberships")
     try:
         old = store.get_workload("old")
         assert (old.spec.array, old.spec.after, old.spec.kill_on_invalid_dep) == (None, (), False)

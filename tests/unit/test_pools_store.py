@@ -8,14 +8,13 @@ import math
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from corral.engine import schedule
 from corral.model import Node, PoolQuota, Queue, Resources, TaskGroup, gpu_quota
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Store
 from corral.store.errors import Invalid
-from migration_support import OLD_QUEUE, OLD_WORKLOAD, migrated
+from migration_support import store_of_before
 
 A100 = PoolQuota(gpu_quota(2), Resources(4, math.inf, 512 << 30))
 
@@ -63,12 +62,7 @@ def test_a_pool_limit_below_its_deserved_changes_nothing(store: Store) -> None:
 
 def test_rows_of_before_have_no_pools(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = migrated(url, "0006_ux")
-    with engine.begin() as connection:
-        connection.execute(sa.text(OLD_QUEUE))
-        connection.execute(sa.text(OLD_WORKLOAD))
-    engine.dispose()
-    store = Store(url)
+    store = store_of_before(url, "0006_ux")
     try:
         assert store.get_queue("team").queue.pools == {}
         assert store.get_workload("old").spec.node_pools == ()

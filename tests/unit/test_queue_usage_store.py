@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy import func, select, update
 
 from corral.model import Node, Queue, Resources, TaskGroup
@@ -19,7 +18,7 @@ from corral.server.weights import settings_of, weight_reason
 from corral.store import Store
 from corral.store.errors import NotFound
 from corral.store.schema import QueueUsageRow
-from migration_support import OLD_QUEUE, migrated
+from migration_support import store_of_before
 
 HOUR = 3600.0
 
@@ -132,11 +131,7 @@ def test_usage_accumulates_and_lowers_a_queues_share(store: Store) -> None:
 
 def test_queues_of_before_have_time_decay_off(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = migrated(url, "0006_ux")
-    with engine.begin() as connection:
-        connection.execute(sa.text(OLD_QUEUE))
-    engine.dispose()
-    old = Store(url)
+    old = store_of_before(url, "0006_ux")
     try:
         queue = old.get_queue("team").queue
         assert (queue.fair_share_half_life, queue.fair_share_k) == (None, None)

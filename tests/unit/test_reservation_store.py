@@ -7,14 +7,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import sqlalchemy as sa
 from sqlalchemy import update
 
 from corral.model import Decisions, Eviction, Node, Placement, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Store
 from corral.store.schema import WorkloadRow
-from migration_support import OLD_QUEUE, migrated
+from migration_support import store_of_before
 
 
 def test_snapshot_has_reserve_after_max_runtime_and_waiting_for(store: Store) -> None:
@@ -53,11 +52,7 @@ def test_snapshot_has_reserve_after_max_runtime_and_waiting_for(store: Store) ->
 
 def test_queues_of_before_do_not_reserve(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = migrated(url, "0003_memberships")
-    with engine.begin() as connection:
-        connection.execute(sa.text(OLD_QUEUE))
-    engine.dispose()
-    store = Store(url)
+    store = store_of_before(url, "0003_memberships")
     try:
         assert store.get_queue("team").queue.reserve_after is None
         store.update_queue("team", {"reserve_after": 900.0}, None)

@@ -5,19 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import sqlalchemy as sa
-
-from corral.store import Store
-from migration_support import OLD_QUEUE, migrated
+from migration_support import store_of_before
 
 
 def test_queues_of_before_have_no_min_runtime(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = migrated(url, "0003_memberships")
-    with engine.begin() as connection:
-        connection.execute(sa.text(OLD_QUEUE))
-    engine.dispose()
-    store = Store(url)
+    store = store_of_before(url, "0003_memberships")
     try:
         queue = store.get_queue("team").queue
         assert (queue.preempt_min_runtime, queue.reclaim_min_runtime) == (None, None)

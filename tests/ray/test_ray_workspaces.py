@@ -8,11 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pty
-import select
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -22,6 +18,8 @@ from livecorral import CORRAL, PYTHON, free_port, wait_until
 from raycorral import RayServer, require_ray
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
+
+from pty_support import Terminal
 
 require_ray()
 
@@ -154,35 +152,15 @@ def test_exec_gives_output_and_exit_code_on_the_node(site: Site, web: str) -> No
 
 
 def test_shell_is_driven_through_a_pty(site: Site, web: str) -> None:
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(CORRAL, [CORRAL, "shell", "web", "--shell", "/bin/sh"], site.env("alice"))
-    seen = b""
-
-    def read_until(text: bytes, timeout: float = 30) -> None:
-        nonlocal seen
-        deadline = time.monotonic() + timeout
-        while text not in seen:
-            assert time.monotonic() < deadline, f"no {text!r} in {seen!r}"
-            ready, _, _ = select.select([fd], [], [], 0.5)
-            if ready:
-                with contextlib.suppress(OSError):
-                    seen += os.read(fd, 4096)
-
-    try:
+    argv = [CORRAL, "shell", "web", "--shell", "/bin/sh"]
+    with Terminal(argv, site.env("alice")) as terminal:
         # The workspace's account: root's prompt when the tests run as root.
-        read_until(b"# " if os.geteuid() == 0 else b"$ ")
-        os.write(fd, b"echo product=$((6*7)) on $CORRAL_HOST; tty\n")
-        read_until(f"product=42 on {WORKER_ADDRESS}".encode())
-        read_until(b"/dev/pts/")
-        os.write(fd, b"exit 5\n")
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 5
-    finally:
-        with contextlib.suppress(ProcessLookupError, ChildProcessError):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(fd)
+        terminal.read_until(b"# " if os.geteuid() == 0 else b"$ ")
+        terminal.type(b"echo product=$((6*7)) on $CORRAL_HOST; tty\n")
+        terminal.read_until(f"product=42 on {WORKER_ADDRESS}".encode())
+        terminal.read_until(b"/dev/pts/")
+        terminal.type(b"exit 5\n")
+        assert terminal.exit_code() == 5
 
 
 @contextlib.contextmanager

@@ -6,13 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pty
-import select
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -20,6 +16,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 from ws_support import CORRAL, Server, free_port, wait_until
+
+from pty_support import Terminal
 
 SERVE = 'exec "$0" -m http.server --bind "$CORRAL_HOST" "$CORRAL_PORT"'
 
@@ -78,36 +76,15 @@ def test_exec_gives_output_and_exit_code(corral: Server, web: str) -> None:
 
 
 def test_shell_is_driven_through_a_pty(corral: Server, web: str) -> None:
-    pid, fd = pty.fork()
-    if pid == 0:
-        env = corral.cli_env("alice")
-        os.execve(CORRAL, [CORRAL, "shell", "web", "--shell", "/bin/sh"], env)
-    seen = b""
-
-    def read_until(text: bytes, timeout: float = 30) -> None:
-        nonlocal seen
-        deadline = time.monotonic() + timeout
-        while text not in seen:
-            assert time.monotonic() < deadline, f"no {text!r} in {seen!r}"
-            ready, _, _ = select.select([fd], [], [], 0.5)
-            if ready:
-                with contextlib.suppress(OSError):
-                    seen += os.read(fd, 4096)
-
-    try:
+    argv = [CORRAL, "shell", "web", "--shell", "/bin/sh"]
+    with Terminal(argv, corral.cli_env("alice")) as terminal:
         # The prompt first: the CLI flushes what was typed before its terminal went raw.
-        read_until(b"# " if os.geteuid() == 0 else b"$ ")
-        os.write(fd, b"echo product=$((6*7)); tty\n")
-        read_until(b"product=42")
-        read_until(b"/dev/pts/")
-        os.write(fd, b"exit 5\n")
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 5
-    finally:
-        with contextlib.suppress(ProcessLookupError, ChildProcessError):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(fd)
+        terminal.read_until(b"# " if os.geteuid() == 0 else b"$ ")
+        terminal.type(b"echo product=$((6*7)); tty\n")
+        terminal.read_until(b"product=42")
+        terminal.read_until(b"/dev/pts/")
+        terminal.type(b"exit 5\n")
+        assert terminal.exit_code() == 5
 
 
 def test_port_forward_carries_an_http_request(corral: Server, web: str) -> None:

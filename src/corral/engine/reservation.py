@@ -164,9 +164,10 @@ class Reservations:
         when it fits nowhere even once all of it has ended (other reservations hold the
         room). `ending`: the running work in the order of its expected end."""
         state = self.state
-        eligible = self.placer.eligible(ws)
-        # Only work on nodes the gang may use frees room for it; read lazily, since the
-        # gang usually fits long before the last end.
+        # Work on nodes the gang may not use (its node selector, or reserved for a head
+        # before it) frees no room for it.
+        eligible = self.placer.allowed_for(ws)
+        # Read lazily: the gang usually fits long before the last end.
         ended = (
             (end, other)
             for end, _, other in ending

@@ -64,14 +64,13 @@ class Reservations:
         whose expected start comes before `ws` would end."""
         if not self._held:
             return frozenset()
-        if any(reservation.workload.running for reservation in self._held):
-            # Placed this cycle: the rest of its nodes is free for anyone again (and it is
-            # not reported: `decided` gives only the reservations of pending work).
-            self._held = [h for h in self._held if not h.workload.running]
         end = expected_end(ws)
         held: set[int] = set()
         for reservation in self._held:
-            if reservation.workload is ws:
+            if reservation.workload is ws or reservation.workload.running:
+                # Its own, or one whose workload is placed (perhaps only tentatively, in an
+                # attempt that may be rolled back: so it is skipped, not dropped): the
+                # rest of those nodes is free for anyone meanwhile.
                 continue
             start = reservation.starts_in
             if end is not None and start is not None and end <= start + EPSILON:

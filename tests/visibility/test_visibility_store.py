@@ -321,20 +321,11 @@ def test_upgrading_gives_running_work_an_open_interval(store: Store) -> None:
     url = store.url
     store.close()
     engine = sa.create_engine(url)
-    with engine.begin() as connection:
-        connection.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
-        # Tables of later migrations (0003_audit, 0003_memberships) go too, to start again
-        # from 0001.
-        for table in ("audit", "idempotency", "memberships", "secrets"):
-            connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
-        for table in ("allocations", "telemetry_state", "telemetry_hour", "telemetry_minute"):
-            connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
-        connection.execute(sa.text("DROP TABLE IF EXISTS telemetry_raw"))
-        for table in ("tokens", "users", "placements", "task_groups", "workloads", "devices"):
-            connection.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
-        connection.execute(sa.text("DROP TABLE IF EXISTS nodes"))
-        connection.execute(sa.text("DROP TABLE IF EXISTS queues"))
-        connection.execute(sa.text("DROP TABLE IF EXISTS events"))
+    # Every table goes, those of later migrations too (in the order their foreign keys
+    # need), to start again from 0001.
+    tables = sa.MetaData()
+    tables.reflect(engine)
+    tables.drop_all(engine)
     upgrade_to(engine, "0001")
     with engine.begin() as connection:
         run = connection.execute

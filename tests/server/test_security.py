@@ -165,6 +165,36 @@ def test_every_write_is_audited_with_its_outcome_and_reads_are_not(api: Api) -> 
         assert client.get("/audit").status_code == 403
 
 
+def test_a_submission_is_audited_once_with_the_answer_it_got(api: Api) -> None:
+    # A submission's record is committed with its workload; a refused one (a name taken,
+    # a retried Idempotency-Key) is recorded by the middleware instead: once each.
+    project, pool = api.queue("aud")["name"], unique("pool")
+    user, token = _member(api, project)
+    name = unique("job")
+    started = time.time()
+    with api.client(token) as client:
+        assert (
+            client.post("/workloads", json={**_body(project, pool), "name": name}).status_code
+            == 201
+        )
+        clash = client.post("/workloads", json={**_body(project, pool), "name": name})
+        assert clash.status_code == 409
+        key = {"Idempotency-Key": unique("key")}
+        first = client.post("/workloads", json=_body(project, pool), headers=key)
+        again = client.post("/workloads", json=_body(project, pool), headers=key)
+        assert first.status_code == again.status_code == 201
+        assert again.headers["Idempotent-Replayed"] == "true"
+    records = _audit(api, user=user, since=started - 1)
+    assert [(r["route"], r["status"]) for r in records] == [
+        ("/api/v1/workloads", 201),
+        ("/api/v1/workloads", 409),
+        ("/api/v1/workloads", 201),
+        ("/api/v1/workloads", 201),
+    ]
+    assert all(r["path"] == "/api/v1/workloads" and r["address"] for r in records)
+    assert all(started - 1 <= r["at"] <= time.time() for r in records)
+
+
 def test_audit_exports_json_lines(api: Api) -> None:
     project = api.queue("exp")["name"]
     user, _ = _member(api, project)

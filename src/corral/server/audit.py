@@ -68,6 +68,10 @@ class AuditLog:
         return [None] * len(batch)
 
 
+# Keys of the request's state: when the request came (its record's time), and the status
+# of the record its handler wrote itself.
+AT = "corral.audit.at"
+AUDITED = "corral.audit.written"
 # The workspace proxy's paths (corral.server.proxy).
 PROXIED = "/w/"
 
@@ -106,6 +110,10 @@ class Audit:
             return
         held: list[Message] = []
         status = 500
+        # A handler that writes the record in its own transaction (`record_of`, as a
+        # submission does) marks it here with the status it answers.
+        state = scope.setdefault("state", {})
+        state[AT] = at
 
         async def hold(message: Message) -> None:
             nonlocal status
@@ -116,9 +124,10 @@ class Audit:
         try:
             await self.app(scope, receive, hold)
         finally:
-            # Set by `corral.server.deps.current_user` once the token is known.
-            user = scope.get("state", {}).get("user")
-            await self.log.record(_record(scope, at, user.name if user else None, status))
+            if state.get(AUDITED) != status:
+                # Set by `corral.server.deps.current_user` once the token is known.
+                user = state.get("user")
+                await self.log.record(_record(scope, at, user.name if user else None, status))
         for message in held:
             await send(message)
 
@@ -138,6 +147,19 @@ class Audit:
         finally:
             user = scope.get("state", {}).get("user")
             await self.log.record(_record(scope, at, user.name if user else None, status))
+
+
+def record_of(scope: Scope, user: str, status: int) -> AuditRecord:
+    """The audit record of the write request `scope` answered with `status`, for its
+    handler to write in the same transaction as its change; the handler then calls
+    `written` so that the middleware writes no second one."""
+    return _record(scope, scope.get("state", {}).get(AT, time.time()), user, status)
+
+
+def written(scope: Scope, record: AuditRecord) -> None:
+    """Tell the middleware that `record` is committed with the request's change: it
+    writes none unless the request is answered with another status."""
+    scope.setdefault("state", {})[AUDITED] = record.status
 
 
 def _bearer(scope: Scope) -> str | None:

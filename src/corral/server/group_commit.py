@@ -31,9 +31,16 @@ class GroupWriter(Generic[T, R]):
     """Items queued by `put`, written in batches by one thread with `write`, which gives
     for each item its result or the exception to raise to its caller."""
 
-    def __init__(self, name: str, write: Callable[[list[T]], Sequence[R | Exception]]) -> None:
+    def __init__(
+        self,
+        name: str,
+        write: Callable[[list[T]], Sequence[R | Exception]],
+        settled: Callable[[Sequence[R | Exception]], None] | None = None,
+    ) -> None:
         self.name = name
         self.write = write
+        # Called with a batch's outcomes once its callers have been handed them.
+        self.settled = settled
         self._queued: list[_Waiting[T, R]] = []
         self._lock = threading.Lock()
         self._ready = threading.Event()
@@ -87,6 +94,8 @@ class GroupWriter(Generic[T, R]):
             # A closed loop has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, settled)
+        if self.settled is not None:
+            self.settled(outcomes)
 
 
 def _settle(settled: list[tuple[_Waiting[T, R], R | Exception]]) -> None:

@@ -198,14 +198,17 @@ class Store(Database):
         self,
         specs: Sequence[WorkloadSpec],
         keys: Sequence[Idempotency | None] | None = None,
+        audits: Sequence[AuditRecord | None] | None = None,
     ) -> list[WorkloadRecord | Exception]:
         """Add pending workloads in one transaction: for each, what `submit` would return
         or raise. One bad submission fails no other. `keys`, one per spec: the request's
-        Idempotency-Key, written with its workload; a key used before gives `Replayed`."""
+        Idempotency-Key, written with its workload; a key used before gives `Replayed`.
+        `audits`, one per spec: the request's audit record, written with its workload."""
         now = time.time()
+        nothing = [None] * len(specs)
         batch = [
-            Submission(spec, now, idempotency=key)
-            for spec, key in zip(specs, keys or [None] * len(specs), strict=True)
+            Submission(spec, now, idempotency=key, audit=audit)
+            for spec, key, audit in zip(specs, keys or nothing, audits or nothing, strict=True)
         ]
         with self.writing():
             self._submit_batch(batch)

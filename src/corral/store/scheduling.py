@@ -24,6 +24,7 @@ from corral.store.schema import (
 )
 from corral.store.tasks import releases, task_groups
 from corral.store.telemetry import idle_workloads
+from corral.store.usage import insert_placements
 from corral.store.workloads import WORKLOADS
 
 # A running workload whose GPUs were at 0% this long counts as idle for victim choice.
@@ -283,20 +284,24 @@ def _bind(
 ) -> None:
     """Place the bound tasks (`rows`: workload name -> id and launches so far)."""
     node_ids = dict(session.execute(select(NodeRow.name, NodeRow.id)).all())
-    session.add_all(
-        PlacementRow(
-            workload_id=rows[name][0],
-            task=placement.task,
-            node_id=node_ids[placement.node],
-            devices=list(placement.devices),
-            gpu=placement.gpu,
-            created_at=now,
-            launch=rows[name][1] + 1,
-        )
-        for name, placements in decisions.bindings.items()
-        for placement in placements
-    )
+    # The evictions' deletes first: a device they free may be bound again here.
     session.flush()
+    insert_placements(
+        session.connection(),
+        [
+            {
+                "workload_id": rows[name][0],
+                "task": placement.task,
+                "node_id": node_ids[placement.node],
+                "devices": list(placement.devices),
+                "gpu": placement.gpu,
+                "created_at": now,
+                "launch": rows[name][1] + 1,
+            }
+            for name, placements in decisions.bindings.items()
+            for placement in placements
+        ],
+    )
     table = WORKLOADS
     session.connection().execute(
         update(table)

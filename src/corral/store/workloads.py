@@ -11,6 +11,8 @@ from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model.spec import WorkloadSpec
+from corral.store.audit import AuditRecord, add_audit
+from corral.store.bulk import insert_ids
 from corral.store.convert import waiting_reason, workload_record, workload_values
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
@@ -42,6 +44,8 @@ class Submission:
     error: Exception | None = None
     # The request's Idempotency-Key, written in the same transaction as the workload.
     idempotency: Idempotency | None = None
+    # The request's audit record, written with the workload (not when it is refused).
+    audit: AuditRecord | None = None
 
     def outcome(self) -> WorkloadRecord | Exception:
         """The stored workload, or the error that kept it out."""
@@ -67,6 +71,7 @@ def insert_submissions(
     for item, _ in written:
         if item.idempotency is not None:
             remember(session, item.idempotency, [item.spec.name], item.at)
+    add_audit(session, [item.audit for item, _ in written if item.audit is not None])
     for item, leader in followers:
         if leader.error is not None:
             item.error = leader.error
@@ -104,13 +109,11 @@ def _insert(
     session: Session, accepted: list[tuple[Submission, int]]
 ) -> list[tuple[Submission, WorkloadRecord]]:
     connection = session.connection()
-    ids = (
-        connection.execute(
-            insert(WORKLOADS).returning(WORKLOADS.c.id, sort_by_parameter_order=True),
-            [workload_values(item.spec, queue, item.at) for item, queue in accepted],
-        )
-        .scalars()
-        .all()
+    ids = insert_ids(
+        connection,
+        WORKLOADS,
+        [workload_values(item.spec, queue, item.at) for item, queue in accepted],
+        ("name",),
     )
     connection.execute(
         insert(_TASK_GROUPS),

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import replace
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from corral.model.spec import WorkloadSpec
 from corral.server.accounts import require_account
+from corral.server.audit import record_of, written
 from corral.server.background import Background
 from corral.server.deps import (
     API,
@@ -35,6 +38,7 @@ from corral.server.why import explain
 from corral.server.why_depth import deepen
 from corral.server.why_pools import deepen_by_pool
 from corral.store import STATUSES, Conflict, Invalid, NotFound, Store, WorkloadRecord
+from corral.store.audit import AuditRecord
 from corral.store.idempotency import Idempotency, Replayed
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"])
@@ -102,24 +106,34 @@ async def submit(
     current: User,
     background: BackgroundDep,
     store: StoreDep,
+    request: Request,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> WorkloadOut:
     # Async, unlike the other handlers: the writer thread commits submissions in
-    # batches (corral.server.submissions) and wakes the scheduler.
+    # batches (corral.server.submissions) and wakes the scheduler. The checks that need
+    # the store run in a worker thread, and only when the answer is not in memory.
     may_submit(current, body.project)
     require_account(background.cluster, current)
-    await run_in_threadpool(refuse_never_fitting, background, body, current.name)
+    spec = body.to_spec(body.name or body.project, current.name)
+    if not background.admission.accepts(spec):
+        await run_in_threadpool(background.admission.check, spec)
     key = idempotency(idempotency_key, current.name, body)
-    await run_in_threadpool(check_after, store, current, [body.to_spec("-", current.name)])
+    if spec.after:
+        await run_in_threadpool(check_after, store, current, [replace(spec, name="-")])
     try:
         if body.array is not None:
             record = await run_in_threadpool(submit_array, store, body, current.name, key)
             background.loop.trigger()
-        elif body.name is not None:
-            record = await background.submissions.submit(body.to_spec(body.name, current.name), key)
         else:
-            record = await submit_named(background, body, current.name, key)
+            # The request's audit record is committed with the workload (one
+            # transaction, not two, before the answer).
+            audit = record_of(request.scope, current.name, 201)
+            if body.name is not None:
+                record = await background.submissions.submit(spec, key, audit)
+            else:
+                record = await submit_named(background, spec, key, audit)
+            written(request.scope, audit)
     except Replayed as replay:
         found = await run_in_threadpool(replayed, store, replay)
         if not found:
@@ -146,25 +160,22 @@ def submit_array(
     return store.submit_all(array_specs(body, drawn_name(body.project), user), key)[0]
 
 
-def refuse_never_fitting(
-    background: Background, body: WorkloadIn, user: str, at: tuple[str | int, ...] = ()
-) -> None:
-    """422 for a workload that can never run on the cluster (corral.server.admission)."""
-    background.admission.check(body.to_spec(body.name or body.project, user), at)
-
-
 async def submit_named(
-    background: Background, body: WorkloadIn, user: str, key: Idempotency | None = None
+    background: Background,
+    spec: WorkloadSpec,
+    key: Idempotency | None = None,
+    audit: AuditRecord | None = None,
 ) -> WorkloadRecord:
-    """Submit under a name drawn by the server; on the rare clash with an existing name,
-    draw again."""
+    """Submit `spec` under a name drawn by the server; on the rare clash with an existing
+    name, draw again."""
     submissions = background.submissions
     for _ in range(NAME_ATTEMPTS - 1):
         try:
-            return await submissions.submit(body.to_spec(drawn_name(body.project), user), key)
+            named = replace(spec, name=drawn_name(spec.project))
+            return await submissions.submit(named, key, audit)
         except Conflict:
             continue
-    return await submissions.submit(body.to_spec(drawn_name(body.project), user), key)
+    return await submissions.submit(replace(spec, name=drawn_name(spec.project)), key, audit)
 
 
 @router.post("/workloads/batch", response_model=list[WorkloadOut], status_code=201)
@@ -187,16 +198,17 @@ def submit_batch(
                 "array", "submit an array on its own (POST /workloads)", at=("workloads", index)
             )
     require_account(background.cluster, current)
-    check_after(
-        store, current, [item.to_spec(item.name or "-", current.name) for item in body.workloads]
-    )
-    for index, item in enumerate(body.workloads):
-        refuse_never_fitting(background, item, current.name, ("workloads", index))
+    # Each item made a spec once; a name the server draws is drawn afresh for each attempt.
+    made = [item.to_spec(item.name or "-", current.name) for item in body.workloads]
+    if any(spec.after for spec in made):
+        check_after(store, current, made)
+    for index, spec in enumerate(made):
+        background.admission.check(spec, ("workloads", index))
     key = idempotency(idempotency_key, current.name, body)
     for attempt in range(NAME_ATTEMPTS):
         specs = [
-            item.to_spec(item.name or drawn_name(item.project), current.name)
-            for item in body.workloads
+            spec if item.name else replace(spec, name=drawn_name(item.project))
+            for item, spec in zip(body.workloads, made, strict=True)
         ]
         try:
             records = store.submit_all(specs, key)

@@ -288,8 +288,11 @@ class Placer:
                     yield node
             return
         kinds = self._kinds(allowed)
+        kind_buckets = state.kind_buckets
         for free in range(count, state.max_devices + 1):
             for kind in kinds:
+                if not kind_buckets[kind][free]:
+                    continue  # empty: nothing to offer (and no answer to keep)
                 for index in self._bucket_candidates(kind, free, group, allowed):
                     yield nodes[index]
 

@@ -234,7 +234,8 @@ class Workload:
 
     @property
     def elastic(self) -> bool:
-        return self.min_tasks < self.task_count
+        # Asked for every workload in every cycle: most have no minimum, and need no sums.
+        return self.min_available is not None and self.min_tasks < self.task_count
 
     def task_group_of(self, task: int) -> TaskGroup:
         """The task group that task number `task` belongs to."""

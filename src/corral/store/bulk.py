@@ -27,6 +27,8 @@ def insert_ids(
     columns that are unique together in `table`; the first is the one searched by."""
     if not rows:
         return []
+    if len(rows) == 1:  # one statement either way
+        return [connection.execute(insert(table).returning(table.c.id), rows[0]).scalar_one()]
     connection.execute(insert(table), list(rows))
     columns = [table.c[name] for name in key]
     wanted = list({row[key[0]] for row in rows})

@@ -7,8 +7,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, insert, select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy import Table, exists, insert, or_, select
+from sqlalchemy.orm import Session, aliased, selectinload
 
 from corral.model.spec import WorkloadSpec
 from corral.store.audit import AuditRecord, add_audit
@@ -166,30 +166,36 @@ def _check_submissions(
     """The submissions that pass every check, with their queue's id; the others get their
     error (raised at once when `atomic`)."""
     projects = {item.spec.project for item in batch}
-    queues = dict(
-        session.execute(select(QueueRow.name, QueueRow.id).where(QueueRow.name.in_(projects))).all()
-    )
-    departments = set(
-        session.scalars(select(QueueRow.parent_id).where(QueueRow.parent_id.in_(queues.values())))
-    )
-    existing = set(
-        session.scalars(
-            select(WorkloadRow.name).where(WorkloadRow.name.in_({i.spec.name for i in batch}))
-        )
-    )
+    # Each project's queue, and whether it has queues below it (a department). One
+    # statement each for queues and names: a submission alone pays every one of them.
+    child = aliased(QueueRow)
+    has_children = exists().where(child.parent_id == QueueRow.id)
+    queues: dict[str, int] = {}
+    departments: set[int] = set()
+    for name, queue_id, parent in session.execute(
+        select(QueueRow.name, QueueRow.id, has_children).where(QueueRow.name.in_(projects))
+    ):
+        queues[name] = queue_id
+        if parent:
+            departments.add(queue_id)
     # An array's name names its members as a group (cancel, list): it is no other
     # array's and no workload's, and no workload takes an array's name.
+    names = {i.spec.name for i in batch}
     arrays = {i.spec.array.name for i in batch if i.spec.array is not None}
-    grouped = {i.spec.name for i in batch} | arrays
-    claimed = set(
-        session.scalars(
-            select(WorkloadRow.array_name).where(WorkloadRow.array_name.in_(grouped)).distinct()
+    grouped = names | arrays
+    existing: set[str] = set()
+    claimed: set[str] = set()
+    for name, array in session.execute(
+        select(WorkloadRow.name, WorkloadRow.array_name).where(
+            or_(WorkloadRow.name.in_(grouped), WorkloadRow.array_name.in_(grouped))
         )
-    )
-    if arrays:
-        claimed |= set(
-            session.scalars(select(WorkloadRow.name).where(WorkloadRow.name.in_(arrays)))
-        )
+    ):
+        if name in names:
+            existing.add(name)
+        if name in arrays:
+            claimed.add(name)
+        if array in grouped:
+            claimed.add(array)
     held = _secrets_held(session, batch)
     wanted = {d.workload for item in batch for d in item.spec.after}
     known = (

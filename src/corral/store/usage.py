@@ -4,7 +4,9 @@ An allocation interval opens when a task's placement is written and closes when 
 placement goes, whatever removed it (the task's workload ended, was preempted, suspended,
 deleted, or sent back to pending because its node went away). Both happen in the same
 transaction as the placement change, through session events installed on the store's own
-sessions (`install`), so no code path that binds or releases devices can forget them.
+sessions (`install`), so no code path that binds or releases devices through the ORM can
+forget them. The scheduler's bulk binding writes placements without the ORM, through
+`insert_placements`, which opens their intervals itself in the same statement batch.
 
 Definitions, over a period [since, until):
 - allocated: the GPUs each task held (its `gpu`: 2 for two whole devices, 0.5 for half of

@@ -60,11 +60,12 @@ _paused_lock = threading.Lock()
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Pause Python's cycle collector while a cycle runs. A cycle makes hundreds of
-    thousands of short-lived objects (states, placements, keys) and drops them
-    by reference counting; the collector's passes over them, and over the state a
-    Scheduler keeps, cost a fifth to a quarter of a large cycle. Whatever reference
-    cycles appear meanwhile are collected by its next pass once no cycle runs. Nested
-    and concurrent cycles share one pause; a collector that was off stays off."""
+    thousands of short-lived objects (states, placements, keys) and drops them by
+    reference counting; the collector's passes over them, and over the state a
+    Scheduler keeps, were a large share of a large cycle (benchmarks/engine_scale.py).
+    Whatever reference cycles appear meanwhile are collected by its next pass once no
+    cycle runs. Nested and concurrent cycles share one pause; a collector that was off
+    stays off."""
     global _paused, _was_enabled
     with _paused_lock:
         if _paused == 0:

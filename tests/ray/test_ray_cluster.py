@@ -60,11 +60,16 @@ if world > 1:
                 time.sleep(0.2)
         conn.sendall(f"rank {seen['RANK']}".encode())
         seen["connected"] = f"{addr}:{port}"
+def record():
+    # Whole or not at all: the test reads the records while tasks write them.
+    with open(path + ".tmp", "w") as handle:
+        json.dump(seen, handle)
+    os.replace(path + ".tmp", path + ".json")
 print(f"rank {seen['RANK']} on {seen['MASTER_ADDR']}:{seen['MASTER_PORT']}", flush=True)
-json.dump(seen, open(path + ".json", "w"))
+record()
 time.sleep(sleep)
 seen["end"] = time.time()
-json.dump(seen, open(path + ".json", "w"))
+record()
 print(f"rank {seen['RANK']} done", flush=True)
 """
 

@@ -23,6 +23,8 @@ from corral.engine.state import Candidate, QueueState
 from corral.model.resources import EPSILON
 
 QueueKey = tuple[int, int, float, float, int]
+# A candidate's place in its leaf queue: priority, growth, extra tasks, age, sequence.
+Entry = tuple[int, int, int, float, int, Candidate]
 
 
 def queue_key(queue: QueueState, request: Request) -> QueueKey:
@@ -53,9 +55,7 @@ class FairOrder:
         self._children: dict[str, list[tuple[QueueKey, int, str, Request]]] = {"": []}
         for queue in queues:
             self._children.setdefault(queue.name, [])
-        self._leaves: dict[str, list[tuple[int, int, int, float, int, Candidate]]] = {
-            queue.name: [] for queue in queues if queue.leaf
-        }
+        self._leaves = {queue.name: _Leaf() for queue in queues if queue.leaf}
         self._sequence = 0
 
     def add(self, candidate: Candidate) -> None:
@@ -71,7 +71,7 @@ class FairOrder:
             self._sequence,
             candidate,
         )
-        heapq.heappush(self._leaves[workload.queue.name], entry)
+        self._leaves[workload.queue.name].push(entry)
 
     def refresh(self, leaf: QueueState) -> None:
         """Recompute the keys of `leaf` and its ancestors after it changed."""
@@ -92,7 +92,7 @@ class FairOrder:
                 return None
             name = heap[0][2]
             if name in self._leaves:
-                return heapq.heappop(self._leaves[name])[-1]
+                return self._leaves[name].pop()[-1]
             heap = self._children[name]
 
     def _refresh(self, queue: QueueState) -> None:
@@ -100,9 +100,9 @@ class FairOrder:
         self._version[name] += 1
         request: Request | None = None
         if name in self._leaves:
-            leaf = self._leaves[name]
-            if leaf:
-                request = leaf[0][-1].request
+            first = self._leaves[name].first()
+            if first is not None:
+                request = first[-1].request
         else:
             heap = self._children[name]
             self._clean(heap)
@@ -120,3 +120,44 @@ class FairOrder:
         version = self._version
         while heap and heap[0][1] != version[heap[0][2]]:
             heapq.heappop(heap)
+
+
+class _Leaf:
+    """The candidates of one leaf queue in order. Most are added before the first pop,
+    as the workloads come (oldest first): those are sorted once and taken from the
+    front; the few added later (elastic growth) go to a heap. The next candidate is the
+    lesser of the two heads."""
+
+    __slots__ = ("later", "next", "ready", "sorted")
+
+    def __init__(self) -> None:
+        self.ready: list[Entry] = []
+        self.next = 0
+        self.sorted = False
+        self.later: list[Entry] = []
+
+    def push(self, entry: Entry) -> None:
+        if self.sorted:
+            heapq.heappush(self.later, entry)
+        else:
+            self.ready.append(entry)
+
+    def first(self) -> Entry | None:
+        """The next entry, left in place; None when there is none."""
+        if not self.sorted:
+            self.ready.sort()
+            self.sorted = True
+        later = self.later
+        if self.next < len(self.ready):
+            head = self.ready[self.next]
+            return head if not later or head < later[0] else later[0]
+        return later[0] if later else None
+
+    def pop(self) -> Entry:
+        """Take the next entry (there must be one)."""
+        head = self.first()
+        assert head is not None
+        if self.next < len(self.ready) and head is self.ready[self.next]:
+            self.next += 1
+            return head
+        return heapq.heappop(self.later)

@@ -547,7 +547,13 @@ class Placer:
         """Why some task can never fit on any eligible node, even an empty one, or None."""
         allowed = self.eligible(workload)
         # In task order (a set would name a different group from one process to the next).
-        for group in dict.fromkeys(workload.tasks[task] for task in tasks):
+        # A group's tasks are one object, one after another: each group is checked once.
+        last = None
+        for task in tasks:
+            group = workload.tasks[task]
+            if group is last:
+                continue
+            last = group
             reason = self._too_big(group, allowed)
             if reason is not None:
                 return reason

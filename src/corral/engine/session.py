@@ -111,11 +111,11 @@ class Session:
         """The minimum gang of a workload with no task running, as a candidate."""
         # Only asked for workloads with no task running, so the request is nominal (and
         # stays the same while the state is kept, on the same nodes).
-        candidate = ws.gang
-        if candidate is None:
+        gang = ws.gang
+        if gang is None:
             tasks = list(range(ws.workload.min_tasks))
-            candidate = ws.gang = Candidate(ws, tasks, self.request_of(ws, tasks), growth=False)
-        return candidate
+            gang = ws.gang = (tasks, self.request_of(ws, tasks))
+        return Candidate(ws, gang[0], gang[1], growth=False)
 
     def pending(self) -> Iterator[Candidate]:
         """The candidates of `pending_in_order`, in no particular order."""

@@ -43,7 +43,16 @@ def _round(value: float) -> float:
 class NodeState:
     """Free capacity of one node and the use of each of its devices (0.0 to 1.0)."""
 
-    __slots__ = ("free_cpu", "free_memory", "free_whole", "index", "kind", "node", "used")
+    __slots__ = (
+        "free_cpu",
+        "free_gpu",
+        "free_memory",
+        "free_whole",
+        "index",
+        "kind",
+        "node",
+        "used",
+    )
 
     def __init__(self, index: int, node: Node, kind: int = 0) -> None:
         self.index = index
@@ -54,17 +63,18 @@ class NodeState:
         self.free_memory = float(node.memory)
         self.used = [0.0] * node.gpus
         self.free_whole = node.gpus
+        # The node's GPUs less the sum of `used`, kept up whenever `used` changes (it is
+        # read for every node in some searches).
+        self.free_gpu = float(node.gpus)
 
     @property
     def name(self) -> str:
         return self.node.name
 
-    @property
-    def free_gpu(self) -> float:
-        return self.node.gpus - sum(self.used)
-
     def free_devices(self, count: int) -> tuple[int, ...]:
         """The `count` lowest-numbered wholly free devices (caller checked there are enough)."""
+        if count == 1:
+            return (self.used.index(0.0),)
         found = [device for device, used in enumerate(self.used) if used == 0.0]
         return tuple(found[:count])
 
@@ -151,8 +161,10 @@ class WorkloadState:
     # GPU, CPU and memory of all its tasks as the cycle began (see Session.request_of),
     # and the shapes of its tasks: kept with the workload from one cycle to the next.
     demand: Request | None = None
-    # Its minimum gang as a candidate for placement, while no task runs.
-    gang: Candidate | None = None
+    # Its minimum gang's tasks and request, while no task runs. Not the Candidate itself,
+    # which refers back to the workload: a cycle of references would leave every
+    # workload of a cycle to the garbage collector instead of reference counting.
+    gang: tuple[list[int], Request] | None = None
     shapes: list[tuple[Shape, int]] | None = None
     # Why its minimum gang fits no eligible node even when empty, once `sized`.
     never_fits: str | None = None
@@ -197,7 +209,8 @@ class ClusterState:
         self.queues = queues
         self.max_devices = max((node.gpus for node in ordered), default=0)
         self._kinds = 1
-        # buckets[c]: schedulable nodes with exactly c wholly free devices, in name order.
+        # buckets[c]: schedulable nodes with exactly c wholly free devices, in name order
+        # (the same list as kind_buckets[0] while every node is of one kind).
         self.buckets: list[SortedList] = []
         # kind_buckets[k][c]: the same, for the nodes of kind k.
         self.kind_buckets: list[list[SortedList]] = []
@@ -242,6 +255,7 @@ class ClusterState:
                 after = 1.0 if before == 0.0 and per_device == 1.0 else _round(before + per_device)
                 used[device] = after
                 node.free_whole -= (before == 0.0) - (after == 0.0)
+            node.free_gpu = node.node.gpus - sum(used)
         self._count(workload, placement, group, 1.0)
         workload.running[placement.task] = placement
 
@@ -296,8 +310,12 @@ class ClusterState:
                 free_gpu += 1.0 - used
                 if 0.0 < used < 1.0:
                     partial.append((_round(1.0 - used), state.index, device))
-        self.buckets = [SortedList(bucket) for bucket in buckets]
         self.kind_buckets = [[SortedList(bucket) for bucket in kind] for kind in kind_buckets]
+        # With one kind of node the two indices hold the same: one is kept for both.
+        if self._kinds == 1:
+            self.buckets = self.kind_buckets[0]
+        else:
+            self.buckets = [SortedList(bucket) for bucket in buckets]
         self._stamp += 1
         self.bucket_stamps = [[self._stamp] * len(kind) for kind in kind_buckets]
         self.partial = SortedList(partial)
@@ -344,31 +362,45 @@ class ClusterState:
         group = workload.tasks[placement.task]
         node.free_cpu -= sign * group.cpu
         node.free_memory -= sign * group.memory
-        per_device = placement.gpu / len(placement.devices) if placement.devices else 0.0
+        devices = placement.devices
+        if devices:
+            self._use_devices(node, devices, sign * placement.gpu / len(devices))
+        if node.node.schedulable:
+            self.free_gpu = _round(self.free_gpu - sign * placement.gpu)
+        self._count(workload, placement, group, sign)
+
+    def _use_devices(self, node: NodeState, devices: tuple[int, ...], share: float) -> None:
+        """Add `share` (negative: take it off) to the use of each of `devices`, moving the
+        node between the free-capacity indices."""
         schedulable = node.node.schedulable
-        if schedulable and placement.devices:
-            self.buckets[node.free_whole].discard(node.index)
-            self.kind_buckets[node.kind][node.free_whole].discard(node.index)
-        for device in placement.devices:
-            before = node.used[device]
-            after = _round(before + sign * per_device)
-            node.used[device] = after
+        index = node.index
+        buckets = self.buckets
+        kind_buckets = self.kind_buckets[node.kind]
+        if schedulable:
+            kind_buckets[node.free_whole].discard(index)
+            if buckets is not kind_buckets:
+                buckets[node.free_whole].discard(index)
+        used = node.used
+        partial = self.partial
+        for device in devices:
+            before = used[device]
+            after = _round(before + share)
+            used[device] = after
             if before == 0.0:
                 node.free_whole -= 1
             if after == 0.0:
                 node.free_whole += 1
             if schedulable:
                 if 0.0 < before < 1.0:
-                    self.partial.discard((_round(1.0 - before), node.index, device))
+                    partial.discard((_round(1.0 - before), index, device))
                 if 0.0 < after < 1.0:
-                    self.partial.add((_round(1.0 - after), node.index, device))
-        if schedulable and placement.devices:
-            self.buckets[node.free_whole].add(node.index)
-            self.kind_buckets[node.kind][node.free_whole].add(node.index)
-            self._touch(node)
+                    partial.add((_round(1.0 - after), index, device))
+        node.free_gpu = node.node.gpus - sum(used)
         if schedulable:
-            self.free_gpu = _round(self.free_gpu - sign * placement.gpu)
-        self._count(workload, placement, group, sign)
+            kind_buckets[node.free_whole].add(index)
+            if buckets is not kind_buckets:
+                buckets[node.free_whole].add(index)
+            self._touch(node)
 
     def _touch(self, node: NodeState) -> None:
         """Mark the bucket the node is in as changed."""

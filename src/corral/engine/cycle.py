@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import operator
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -21,8 +22,8 @@ from corral.engine.actions import Allocate, Consolidate, Preempt, Reclaim
 from corral.engine.errors import ConfigError, SnapshotError
 from corral.engine.eviction import VictimSearch
 from corral.engine.fairshare import decayed_weights, divide_tree
-from corral.engine.fragmentation import Fragmentation, shapes_of, task_shapes
-from corral.engine.kinds import ACTION_NAMES, CPU, DIMENSIONS, GPU, MEMORY, ActionName
+from corral.engine.fragmentation import Fragmentation, Shape, shapes_of, task_shapes
+from corral.engine.kinds import ACTION_NAMES, CPU, GPU, MEMORY, ActionName
 from corral.engine.placement import Placer
 from corral.engine.pools import schedule_pools, uses_pools
 from corral.engine.session import Session
@@ -48,7 +49,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decis
     with collector_paused():
         if uses_pools(snapshot):
             return schedule_pools(snapshot, config or SchedulerConfig(), _one_pool, apply_decisions)
-        return Cycle(snapshot, config or SchedulerConfig()).run()
+        return _one_pool(snapshot, config or SchedulerConfig())
 
 
 # Cycles under way (in any thread), and whether the collector ran before the first.
@@ -82,7 +83,10 @@ def collector_paused() -> Iterator[None]:
 
 
 def _one_pool(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
-    return Cycle(snapshot, config).run()
+    cycle = Cycle(snapshot, config)
+    decisions = cycle.run()
+    cycle.session.release()
+    return decisions
 
 
 def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
@@ -136,24 +140,36 @@ class Scheduler:
         with self._lock, collector_paused():
             # A cycle that fails leaves nothing kept: the next one starts afresh.
             kept, self._kept = self._kept, None
+            if kept is not None and not kept.holds(snapshot):
+                kept.release()
+                kept = None
             if uses_pools(snapshot):
                 # Each pool is its own cycle, made afresh (see engine.pools).
+                if kept is not None:
+                    kept.release()
                 return schedule(snapshot, config)
             cycle = Cycle(snapshot, config or SchedulerConfig(), kept)
             decisions = cycle.run()
-            self._kept = Kept(snapshot, cycle.session)
+            self._kept = Kept(snapshot, cycle)
             return decisions
 
 
 class Kept:
     """The state a cycle ended with, for the next cycle of a Scheduler."""
 
-    def __init__(self, snapshot: Snapshot, session: Session) -> None:
+    def __init__(self, snapshot: Snapshot, cycle: Cycle) -> None:
         self.nodes = snapshot.nodes
         self.queue_specs = snapshot.queues
-        self.queues: dict[str, QueueState] = session.queues
-        self.state: ClusterState = session.state
-        self.workloads = {ws.name: ws for ws in session.workloads}
+        self.queues: dict[str, QueueState] = cycle.session.queues
+        self.state: ClusterState = cycle.session.state
+        self.workloads: dict[str, WorkloadState] = cycle.loaded
+        self.shapes: Counter[Shape] = cycle.shapes
+
+    def release(self) -> None:
+        """Let reference counting free the kept workloads' states (see
+        `WorkloadState.release`)."""
+        for ws in self.workloads.values():
+            ws.release()
 
     def holds(self, snapshot: Snapshot) -> bool:
         """Whether the kept state is of the same nodes and queues."""
@@ -172,14 +188,20 @@ class Cycle:
         fresh = kept is None or not kept.holds(snapshot)
         if kept is not None and not fresh:
             queues, state, previous = _reuse(kept)
+            # The tasks of the kept workloads by shape, kept up to date as they change.
+            self.shapes = kept.shapes
         else:
             queues = _build_queues(snapshot)
             state = ClusterState(snapshot.nodes, queues)
             previous = {}
+            self.shapes = Counter()
         max_memory = max((node.gpu_memory for node in snapshot.nodes if node.gpus), default=0)
-        workloads = _load_workloads(snapshot, queues, state, previous, fresh, max_memory)
+        self.loaded = _load_workloads(
+            snapshot, queues, state, previous, fresh, max_memory, self.shapes
+        )
+        workloads = list(self.loaded.values())
         waiting = [ws for ws in workloads if not ws.running]
-        fragmentation = _index(snapshot, state, workloads, fresh, max_memory)
+        fragmentation = _index(snapshot, state, self.shapes, fresh, max_memory)
         placer = Placer(state, config, fragmentation)
         self.session = Session(config, queues, state, workloads, waiting, placer)
         self.weights = _time_decayed_weights(snapshot, queues)
@@ -234,49 +256,70 @@ def _load_workloads(
     previous: dict[str, WorkloadState],
     fresh: bool,
     max_memory: int,
-) -> list[WorkloadState]:
-    """The snapshot's workloads, oldest first, with their running tasks in `state`.
+    shapes: Counter[Shape],
+) -> dict[str, WorkloadState]:
+    """The snapshot's workloads by name, oldest first, with their running tasks in
+    `state`, and their tasks counted by shape in `shapes`.
 
     A workload kept in `previous` that runs as the snapshot says stays as it is; any
     other is loaded afresh, and kept ones the snapshot no longer has are taken off."""
     # Kept work changes with the indices kept up to date; fresh work loads without.
     load = state.load if fresh else state.add
-    workloads: list[WorkloadState] = []
-    names: set[str] = set()
+    leaves = {name: queue for name, queue in queues.items() if queue.leaf}
+    loaded: dict[str, WorkloadState] = {}
     for workload in sorted(snapshot.workloads, key=_SUBMITTED):
         name = workload.name
-        queue = queues.get(workload.queue)
-        if queue is None or not queue.leaf:
+        queue = leaves.get(workload.queue)
+        if queue is None:
             raise SnapshotError(f"workload {name}: {workload.queue!r} is not a leaf queue")
-        if name in names:
+        if name in loaded:
             raise SnapshotError(f"workload {name}: listed twice")
-        names.add(name)
         ws = previous.pop(name, None)
-        if ws is None or not _carry_over(ws, workload):
-            if ws is not None:
-                state.remove(ws)
-            ws = WorkloadState(workload, queue, workload.tasks())
-            ws.shapes = task_shapes(workload, max_memory)
-            for placement in workload.placements:
-                if placement.node not in state.by_name:
-                    raise SnapshotError(f"workload {name}: unknown node {placement.node!r}")
-                load(ws, placement)
-            ws.original = dict(ws.running)
-        workloads.append(ws)
+        if ws is not None:
+            if (
+                ws.workload is workload
+                and not ws.started
+                and len(ws.running) == len(ws.original) < 2
+            ):
+                # Given as last time, and the last cycle left it as it was (with one task
+                # or none, so in the same order too): the common case, kept cheap.
+                ws.reason = None
+                loaded[name] = ws
+                continue
+            if _carry_over(ws, workload):
+                loaded[name] = ws
+                continue
+            _take_off(state, ws, shapes)
+        ws = WorkloadState(workload, queue, workload.tasks())
+        ws.shapes = task_shapes(workload, max_memory)
+        for shape, tasks in ws.shapes:
+            shapes[shape] += tasks
+        for placement in workload.placements:
+            if placement.node not in state.by_name:
+                raise SnapshotError(f"workload {name}: unknown node {placement.node!r}")
+            load(ws, placement)
+        ws.original = dict(ws.running)
+        loaded[name] = ws
     for gone in previous.values():
-        state.remove(gone)
+        _take_off(state, gone, shapes)
     previous.clear()
-    return workloads
+    return loaded
+
+
+def _take_off(state: ClusterState, ws: WorkloadState, shapes: Counter[Shape]) -> None:
+    """Take a kept workload's tasks off the state and out of the shape counts."""
+    state.remove(ws)
+    for shape, tasks in ws.shapes or ():
+        if shapes[shape] == tasks:
+            del shapes[shape]
+        else:
+            shapes[shape] -= tasks
+    ws.release()
 
 
 def _carry_over(ws: WorkloadState, workload: Workload) -> bool:
     """Make the kept `ws` stand for `workload` at the start of this cycle, if it runs as
     `workload` says; False when it must be loaded afresh."""
-    if ws.workload is workload and not ws.started and len(ws.running) == len(ws.original) < 2:
-        # Given as last time, and the last cycle left it as it was (with one task or
-        # none, so in the same order too).
-        ws.reason = None
-        return True
     if not _runs_as(ws, workload):
         return False
     if ws.workload is not workload:
@@ -301,6 +344,7 @@ def _runs_as(ws: WorkloadState, workload: Workload) -> bool:
         old.queue != workload.queue
         or old.task_groups != workload.task_groups
         or old.preemptible != workload.preemptible
+        or old.priority != workload.priority
         or old.node_selector != workload.node_selector
     ):
         return False
@@ -317,16 +361,15 @@ def _runs_as(ws: WorkloadState, workload: Workload) -> bool:
 def _index(
     snapshot: Snapshot,
     state: ClusterState,
-    workloads: list[WorkloadState],
+    workload_shapes: Counter[Shape],
     fresh: bool,
     max_memory: int,
 ) -> Fragmentation:
-    """Tell the state which nodes are alike for this cycle's task shapes, and bring its
-    free-capacity indices up to date; returns the fragmentation model."""
+    """Tell the state which nodes are alike for this cycle's task shapes (those of its
+    workloads and of the hidden ones), and bring its free-capacity indices up to date;
+    returns the fragmentation model."""
     shapes = shapes_of(snapshot.hidden, max_memory)
-    for ws in workloads:
-        for shape, tasks in ws.shapes or ():
-            shapes[shape] += tasks
+    shapes.update(workload_shapes)
     fragmentation = Fragmentation(snapshot.nodes, shapes)
     state.journal.clear()
     if state.set_kinds(fragmentation.kind_of) or fresh:
@@ -353,9 +396,12 @@ def _divide_fair_shares(session: Session, gpu_weights: dict[str, float]) -> None
         request = ws.demand
         if request is None:
             request = ws.demand = session.request_of(ws, range(len(ws.tasks)))
+        gpu, cpu, memory = request
         for queue in ws.queue.path:
-            for resource in DIMENSIONS:
-                queue.requested[resource] += request[resource]
+            requested = queue.requested
+            requested[GPU] += gpu
+            requested[CPU] += cpu
+            requested[MEMORY] += memory
     capacity = [0.0, 0.0, 0.0]
     for node in session.state.nodes:
         if node.node.schedulable:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable, Iterator
 
 from corral.engine.kinds import DIMENSIONS, GPU, Request
 from corral.engine.state import Candidate, QueueState
@@ -73,6 +74,18 @@ class FairOrder:
         )
         self._leaves[workload.queue.name].push(entry)
 
+    def take_alike(self, failed: Candidate) -> Iterator[Candidate]:
+        """Take, one after another, the candidates next in `failed`'s queue that are alike
+        it (`Candidate.alike`), up to the first that runs. Only right after `failed` was
+        tried and changed nothing: its queue's key is then as it was, so they are next in
+        fairness order too, and each would fail as it did."""
+        leaf = self._leaves[failed.workload.queue.name]
+        while (entry := leaf.first()) is not None and entry[-1].alike(failed):
+            if entry[-1].workload.running:
+                return
+            leaf.pop()
+            yield entry[-1]
+
     def refresh(self, leaf: QueueState) -> None:
         """Recompute the keys of `leaf` and its ancestors after it changed."""
         for queue in leaf.path:
@@ -120,6 +133,39 @@ class FairOrder:
         version = self._version
         while heap and heap[0][1] != version[heap[0][2]]:
             heapq.heappop(heap)
+
+
+class InOrder:
+    """Pending candidates in fairness order, each taken after the last one was tried
+    (see `Session.pending_in_order`). Candidates that start running meanwhile are
+    passed over."""
+
+    def __init__(self, queues: list[QueueState], candidates: Iterable[Candidate]) -> None:
+        self._order = FairOrder(queues)
+        for candidate in candidates:
+            self._order.add(candidate)
+        self._order.refresh_all(queues)
+        self._last: Candidate | None = None
+
+    def __iter__(self) -> InOrder:
+        return self
+
+    def __next__(self) -> Candidate:
+        order = self._order
+        if self._last is not None:
+            order.refresh(self._last.workload.queue)
+            self._last = None
+        while (candidate := order.pop()) is not None:
+            if not candidate.workload.running:
+                self._last = candidate
+                return candidate
+            order.refresh(candidate.workload.queue)
+        raise StopIteration
+
+    def take_alike(self, failed: Candidate) -> Iterator[Candidate]:
+        """The candidates next in `failed`'s queue that are alike it, taken (see
+        `FairOrder.take_alike`); only right after `failed` was tried and changed nothing."""
+        return self._order.take_alike(failed)
 
 
 class _Leaf:

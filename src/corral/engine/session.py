@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from corral.engine.kinds import EVICTED, EvictionKind, Request
-from corral.engine.ordering import FairOrder
+from corral.engine.ordering import InOrder
 from corral.engine.placement import Failure, Placer
 from corral.engine.quota import quota_block
 from corral.engine.reservation import Reservations
@@ -65,6 +65,11 @@ class Session:
             memory += group.memory
         return (gpu, cpu, memory)
 
+    def release(self) -> None:
+        """Let reference counting free the workloads' states once the cycle is done."""
+        for ws in self.workloads:
+            ws.release()
+
     @property
     def by_node(self) -> dict[str, list[WorkloadState]]:
         """The workloads running on each node as the cycle began."""
@@ -111,11 +116,11 @@ class Session:
         """The minimum gang of a workload with no task running, as a candidate."""
         # Only asked for workloads with no task running, so the request is nominal (and
         # stays the same while the state is kept, on the same nodes).
-        gang = ws.gang
-        if gang is None:
+        candidate = ws.gang
+        if candidate is None:
             tasks = list(range(ws.workload.min_tasks))
-            gang = ws.gang = (tasks, self.request_of(ws, tasks))
-        return Candidate(ws, gang[0], gang[1], growth=False)
+            candidate = ws.gang = Candidate(ws, tasks, self.request_of(ws, tasks), growth=False)
+        return candidate
 
     def pending(self) -> Iterator[Candidate]:
         """The candidates of `pending_in_order`, in no particular order."""
@@ -123,16 +128,9 @@ class Session:
             if not ws.running and not ws.started and ws.name not in self.touched:
                 yield self.gang_candidate(ws)
 
-    def pending_in_order(self) -> Iterator[Candidate]:
+    def pending_in_order(self) -> InOrder:
         """Pending workloads not yet placed, evicted or moved, in fairness order."""
-        order = FairOrder(list(self.queues.values()))
-        for pending in self.pending():
-            order.add(pending)
-        order.refresh_all(list(self.queues.values()))
-        while (candidate := order.pop()) is not None:
-            if not candidate.workload.running:
-                yield candidate
-            order.refresh(candidate.workload.queue)
+        return InOrder(list(self.queues.values()), self.pending())
 
     # -- what was decided --------------------------------------------------------------
 

@@ -18,6 +18,7 @@ A workload's state and the candidates the actions try to place (`WorkloadState`,
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
@@ -99,6 +100,7 @@ class QueueState:
         "queue",
         "requested",
         "reserve_after",
+        "running_priorities",
         "stamp",
         "weight",
     )
@@ -123,6 +125,9 @@ class QueueState:
         self.np_alloc = [0.0, 0.0, 0.0]
         self.requested = [0.0, 0.0, 0.0]
         self.fair_share = [0.0, 0.0, 0.0]
+        # How many of its workloads run (a task or more) at each priority: only work above
+        # the lowest of them may preempt (a leaf's own; kept with the running tasks).
+        self.running_priorities: Counter[int] = Counter()
         # Goes up whenever `alloc` or `np_alloc` changes, so that what is worked out from
         # them may be kept until then.
         self.stamp = 0
@@ -161,10 +166,9 @@ class WorkloadState:
     # GPU, CPU and memory of all its tasks as the cycle began (see Session.request_of),
     # and the shapes of its tasks: kept with the workload from one cycle to the next.
     demand: Request | None = None
-    # Its minimum gang's tasks and request, while no task runs. Not the Candidate itself,
-    # which refers back to the workload: a cycle of references would leave every
-    # workload of a cycle to the garbage collector instead of reference counting.
-    gang: tuple[list[int], Request] | None = None
+    # Its minimum gang as a candidate for placement, while no task runs. The two refer
+    # to each other: `release` breaks the cycle when the workload's state is dropped.
+    gang: Candidate | None = None
     shapes: list[tuple[Shape, int]] | None = None
     # Why its minimum gang fits no eligible node even when empty, once `sized`.
     never_fits: str | None = None
@@ -177,6 +181,11 @@ class WorkloadState:
     @property
     def preemptible(self) -> bool:
         return self.workload.preemptible
+
+    def release(self) -> None:
+        """Drop what refers back to this state, so that reference counting frees it (the
+        cycle collector would otherwise have every workload of a cycle to find)."""
+        self.gang = None
 
     def unplaced(self) -> list[int]:
         """Task numbers not running, lowest first."""
@@ -191,6 +200,24 @@ class Candidate:
     tasks: list[int]
     request: Request
     growth: bool
+
+    def alike(self, other: Candidate) -> bool:
+        """Whether two minimum gangs ask for the same tasks with the same priority,
+        preemptibility and placement constraints: in one state, where one cannot be placed
+        neither can the other, for the same reason (their queues are the caller's to
+        compare)."""
+        if self.growth or other.growth:
+            return False
+        a, b = self.workload.workload, other.workload.workload
+        return (
+            a.task_groups == b.task_groups
+            and a.priority == b.priority
+            and a.preemptible == b.preemptible
+            and a.min_available == b.min_available
+            and a.node_selector == b.node_selector
+            and a.topology == b.topology
+            and a.node_pools == b.node_pools
+        )
 
 
 _BIND = 0
@@ -257,6 +284,8 @@ class ClusterState:
                 node.free_whole -= (before == 0.0) - (after == 0.0)
             node.free_gpu = node.node.gpus - sum(used)
         self._count(workload, placement, group, 1.0)
+        if not workload.running:
+            workload.queue.running_priorities[workload.workload.priority] += 1
         workload.running[placement.task] = placement
 
     def add(self, workload: WorkloadState, placement: Placement) -> None:
@@ -348,11 +377,20 @@ class ClusterState:
 
     def _add(self, workload: WorkloadState, placement: Placement) -> None:
         self._use(workload, placement, 1.0)
+        if not workload.running:
+            workload.queue.running_priorities[workload.workload.priority] += 1
         workload.running[placement.task] = placement
 
     def _remove(self, workload: WorkloadState, placement: Placement) -> None:
         self._use(workload, placement, -1.0)
         del workload.running[placement.task]
+        if not workload.running:
+            counts = workload.queue.running_priorities
+            priority = workload.workload.priority
+            if counts[priority] == 1:
+                del counts[priority]
+            else:
+                counts[priority] -= 1
 
     def _use(self, workload: WorkloadState, placement: Placement, sign: float) -> None:
         node = self.by_name[placement.node]

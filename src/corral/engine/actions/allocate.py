@@ -37,10 +37,18 @@ class Allocate:
             elif len(ws.running) < len(ws.tasks) and ws.workload.elastic:
                 order.add(self._growth_candidate(ws))
         order.refresh_all(list(session.queues.values()))
+        # Reservations hold nodes against some workloads and not others: alike ones may
+        # then fare differently.
+        batches = session.reservations is None
         while (candidate := order.pop()) is not None:
             ws = candidate.workload
-            if self._try_place(candidate) and ws.workload.elastic and ws.unplaced():
-                order.add(self._growth_candidate(ws))
+            if self._try_place(candidate):
+                if ws.workload.elastic and ws.unplaced():
+                    order.add(self._growth_candidate(ws))
+            elif batches and not candidate.growth:
+                # A backlog of alike work costs one attempt: the state is as it was.
+                for alike in order.take_alike(candidate):
+                    alike.workload.reason = ws.reason
             order.refresh(ws.queue)
         session.settled = True
 

@@ -43,11 +43,12 @@ class Consolidate:
         ws = candidate.workload
         topology = ws.workload.topology
         # Moves keep every workload placed, so only capacity free somewhere can help; it
-        # may sit on nodes the candidate cannot use, where moved work can go.
+        # may sit on nodes the candidate cannot use, where moved work can go. (Cheapest
+        # check first: in a full cluster most pending work fails it.)
         return (
-            (topology is None or topology.required)
+            candidate.request[GPU] <= self.session.state.free_gpu + EPSILON
+            and (topology is None or topology.required)
             and quota_block(ws, candidate.request) is None
-            and candidate.request[GPU] <= self.session.state.free_gpu + EPSILON
         )
 
     def moves_for(self, candidate: Candidate) -> Commit | None:

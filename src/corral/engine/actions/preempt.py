@@ -27,36 +27,47 @@ class Preempt:
     def run(self) -> None:
         """Within one queue, higher-priority work evicts lower-priority preemptible work."""
         session = self.session
+        # Only work above the lowest priority running in its queue can preempt, or be told
+        # why it could not.
+        floors: dict[str, float] = {}
+        if session.settled:
+            for candidate in session.pending():
+                queue = candidate.workload.queue
+                floor = floors.get(queue.name)
+                if floor is None:
+                    floor = floors[queue.name] = min(queue.running_priorities, default=math.inf)
+                if self.could_preempt(candidate.workload.workload.priority, floor):
+                    break
+            else:
+                # The rest would only try to fit as things are, which allocate found they
+                # do not (nothing was freed since; placement is greedy, so for a gang of
+                # unlike tasks this could in contrived cases miss a fit that a fuller
+                # state allows).
+                return
         # The lowest priority in each queue: work at or below it has nothing to preempt.
         lowest: dict[str, int] = {}
-        # The lowest priority running in each queue: only work above it can preempt, or
-        # be told why it could not.
-        floor: dict[str, int] = {}
         for ws in session.workloads:
             name = ws.queue.name
             priority = ws.workload.priority
             lowest[name] = min(lowest.get(name, priority), priority)
-            if ws.running:
-                floor[name] = min(floor.get(name, priority), priority)
-        if session.settled and not any(
-            self.could_preempt(
-                candidate.workload.workload.priority,
-                floor.get(candidate.workload.queue.name, math.inf),
-            )
-            for candidate in session.pending()
-        ):
-            # The rest would only try to fit as things are, which allocate found they do
-            # not (nothing was freed since; placement is greedy, so for a gang of unlike
-            # tasks this could in contrived cases miss a fit that a fuller state allows).
-            return
-        for candidate in session.pending_in_order():
+        order = session.pending_in_order()
+        for candidate in order:
             # Victims are preemptible, so evicting them never makes room within deserved.
-            if deserved_block(candidate.workload, candidate.request) is None:
-                self._preempt_for(candidate, lowest[candidate.workload.queue.name])
+            if deserved_block(candidate.workload, candidate.request) is not None:
+                note = None
+            else:
+                placed, note = self._preempt_for(candidate, lowest[candidate.workload.queue.name])
+                if placed:
+                    continue
+            # Nothing changed: alike work next in its queue fares the same.
+            for alike in order.take_alike(candidate):
+                if note:
+                    session.note(alike.workload, note)
 
-    def _preempt_for(self, candidate: Candidate, lowest: int) -> None:
+    def _preempt_for(self, candidate: Candidate, lowest: int) -> tuple[bool, str | None]:
         """Evict lower-priority units of the candidate's queue until it fits; say why not
-        when its queue runs lower-priority work that could not make room."""
+        when its queue runs lower-priority work that could not make room. Returns whether
+        it was placed, and what was said."""
         ws = candidate.workload
         priority = ws.workload.priority
 
@@ -65,11 +76,13 @@ class Preempt:
 
         placed, _ = self.victims.evict_for(candidate, next_victim, "preempt")
         if not placed and priority > lowest and self._runs_lower(ws, priority):
-            self.session.note(
-                ws,
+            note = (
                 f"cannot preempt: the lower-priority work in queue {ws.queue.name} is "
-                "non-preemptible or would not make room",
+                "non-preemptible or would not make room"
             )
+            self.session.note(ws, note)
+            return False, note
+        return placed, None
 
     def _runs_lower(self, ws: WorkloadState, priority: int) -> bool:
         """Whether work below `priority` runs in the workload's queue."""

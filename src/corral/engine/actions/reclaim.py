@@ -84,24 +84,42 @@ class Reclaim:
             return
         # Whether another queue is over its fair share changes only when a reclaim is made.
         anyone_over: AnyoneOver = {}
-        reaches = [
-            (candidate, self._reach(candidate, anyone_over)) for candidate in session.pending()
-        ]
-        if not any(reach for _, reach in reaches):
+        # As things stand, how far each candidate reaches depends only on its queue, its
+        # request and whether it is preemptible: a backlog of alike work is looked at once.
+        reaches: dict[tuple[str, Request, bool], int | None] = {}
+        candidates = []
+        for candidate in session.pending():
+            ws = candidate.workload
+            key = (ws.queue.name, candidate.request, ws.preemptible)
+            if key not in reaches:
+                reaches[key] = self._reach(candidate, anyone_over)
+            candidates.append((candidate, reaches[key]))
+        if not any(reaches.values()):
             # Nothing is reclaimed, so the state stays as it is and the order is moot.
-            for candidate, reach in reaches:
+            notes: dict[tuple[str, Request, bool], str] = {}
+            for candidate, reach in candidates:
                 if reach == 0:
-                    self._cannot_reclaim_within(candidate)
+                    ws = candidate.workload
+                    key = (ws.queue.name, candidate.request, ws.preemptible)
+                    if key not in notes:
+                        notes[key] = self._within_note(candidate)
+                    session.note(ws, notes[key])
         else:
-            for candidate in session.pending_in_order():
+            order = session.pending_in_order()
+            for candidate in order:
                 reach = self._reach(candidate, anyone_over)
-                if reach is None:
-                    continue
+                note = None
                 if reach == 0:
-                    self._cannot_reclaim_within(candidate)
-                    continue
-                if self._reclaim_for(candidate, reach):
-                    anyone_over.clear()
+                    note = self._within_note(candidate)
+                elif reach is not None:
+                    note = self._reclaim_for(candidate, reach)
+                    if note is None:
+                        anyone_over.clear()
+                        continue
+                # Nothing changed: alike work next in its queue fares the same.
+                for alike in (candidate, *order.take_alike(candidate)):
+                    if note:
+                        session.note(alike.workload, note)
         self._grow(anyone_over)
 
     def _grow(self, anyone_over: AnyoneOver) -> None:
@@ -114,13 +132,14 @@ class Reclaim:
             while tasks := ws.unplaced()[:1]:
                 candidate = Candidate(ws, tasks, session.request_of(ws, tasks), growth=True)
                 reach = self._reach(candidate, anyone_over)
-                if not reach or not self._reclaim_for(candidate, reach):
+                if not reach or self._reclaim_for(candidate, reach) is not None:
                     break
                 anyone_over.clear()
 
-    def _reclaim_for(self, candidate: Candidate, reach: int) -> bool:
-        """Evict victims of queues that may give until the candidate fits; say why not
-        (a workload that only grows keeps the reason it has)."""
+    def _reclaim_for(self, candidate: Candidate, reach: int) -> str | None:
+        """Evict victims of queues that may give until the candidate fits. Returns None
+        when it was placed, else why not for its pending reason ("" for the growth of a
+        running workload, which keeps the reason it has)."""
         evict_for = self.victims.evict_for
         placed, tried = evict_for(candidate, self._victims(candidate, reach), "reclaim")
         if not placed and tried and candidate.request[GPU] > EPSILON:
@@ -132,15 +151,17 @@ class Reclaim:
                 # Or they free GPUs enough that moving some running work would gather.
                 victims = self._victims(candidate, reach)
                 placed, _ = evict_for(candidate, victims, "reclaim", self.moves)
-        if not placed and not candidate.growth:
-            self.session.note(
-                candidate.workload,
+        if placed:
+            return None
+        if candidate.growth:
+            return ""
+        if tried:
+            return (
                 "cannot reclaim: evicting work of queues over their fair share would not make room"
-                if tried
-                else "cannot reclaim: no queue it may take from holds preemptible work "
-                "over its fair share",
             )
-        return placed
+        return (
+            "cannot reclaim: no queue it may take from holds preemptible work over its fair share"
+        )
 
     def _reach(self, candidate: Candidate, anyone_over: AnyoneOver) -> int | None:
         """How far up its queue path the candidate stays within fair share (see
@@ -164,14 +185,13 @@ class Reclaim:
             return None
         return within_fair_share(ws.queue, request)
 
-    def _cannot_reclaim_within(self, candidate: Candidate) -> None:
+    @staticmethod
+    def _within_note(candidate: Candidate) -> str:
+        """Why the candidate may not reclaim: its queue would exceed its fair share."""
         queue = candidate.workload.queue
         resource = first_over(queue.alloc, candidate.request, queue.fair_share)
         share = amount_text(resource, queue.fair_share[resource])
-        self.session.note(
-            candidate.workload,
-            f"cannot reclaim: queue {queue.name} would exceed its fair share of {share}",
-        )
+        return f"cannot reclaim: queue {queue.name} would exceed its fair share of {share}"
 
     def _anyone_over_fair_share(
         self, ws: WorkloadState, request: Request, guaranteed: bool

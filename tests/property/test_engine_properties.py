@@ -29,6 +29,7 @@ from strategies import (
 )
 
 from corral.engine import Claim, Scheduler, apply_decisions, divide, schedule
+from corral.engine.state import Candidate
 from corral.model import (
     GIB,
     Decisions,
@@ -402,6 +403,38 @@ def test_deterministic_and_independent_of_listing_order(case: Case, rng: random.
     shuffled = Snapshot(tuple(nodes), case.snapshot.queues, tuple(workloads))
     note(f"nodes {[node.name for node in nodes]}, workloads {[w.name for w in workloads]}")
     assert schedule(shuffled, case.config) == first
+
+
+@st.composite
+def with_backlogs(draw: st.DrawFn) -> Case:
+    """A case whose pending workloads come with alike copies (the same tasks, priority
+    and constraints, submitted a moment later): backlogs of alike work, as users submit
+    them, that the engine tries once per kind while nothing changes."""
+    case = draw(cases())
+    copies = []
+    for workload in case.snapshot.workloads:
+        if workload.placements:
+            continue
+        for copy in range(draw(st.integers(0, 3))):
+            later = workload.submitted + (copy + 1) * 1e-3
+            copies.append(replace(workload, name=f"{workload.name}-{copy}", submitted=later))
+    snapshot = replace(case.snapshot, workloads=(*case.snapshot.workloads, *copies))
+    return Case(snapshot, case.config, case.origin)
+
+
+@CYCLE
+@given(with_backlogs())
+def test_alike_work_is_decided_as_if_each_were_tried(case: Case) -> None:
+    """Taking the reason of the alike candidate before it decides exactly what trying
+    each one in turn decides: bindings, evictions, pending reasons, queue totals."""
+    batched = schedule(case.snapshot, case.config)
+    alike = Candidate.alike
+    Candidate.alike = lambda self, other: False  # type: ignore[method-assign]
+    try:
+        one_by_one = schedule(case.snapshot, case.config)
+    finally:
+        Candidate.alike = alike  # type: ignore[method-assign]
+    assert batched == one_by_one
 
 
 @CYCLE

@@ -42,32 +42,54 @@ def divide(amount: float, claims: Sequence[Claim]) -> list[float]:
     A deserved quota is honoured even when the deserved quotas add up to more than
     `amount` (over-subscribed quotas); only the over-quota part is bounded by `amount`.
     """
-    caps = [min(claim.demand, claim.limit) for claim in claims]
-    shares = [min(claim.deserved, cap) for claim, cap in zip(claims, caps, strict=True)]
+    return _divide(
+        amount,
+        [claim.deserved for claim in claims],
+        [min(claim.demand, claim.limit) for claim in claims],
+        [claim.weight for claim in claims],
+        [claim.priority for claim in claims],
+    )
+
+
+def _divide(
+    amount: float,
+    deserved: list[float],
+    caps: list[float],
+    weights: list[float],
+    priorities: list[int],
+) -> list[float]:
+    """`divide` on the claims' fields, each demand already capped by its limit."""
+    shares = [min(quota, cap) for quota, cap in zip(deserved, caps, strict=True)]
+    if not any(
+        weight > 0 and share < cap - EPSILON
+        for weight, share, cap in zip(weights, shares, caps, strict=True)
+    ):
+        # Nobody wants more than its deserved quota: nothing is left to divide.
+        return shares
     remaining = amount - sum(share for share in shares if math.isfinite(share))
-    order = sorted(range(len(claims)), key=lambda index: -claims[index].priority)
-    for _, group in groupby(order, key=lambda index: claims[index].priority):
+    order = sorted(range(len(shares)), key=lambda index: -priorities[index])
+    for _, group in groupby(order, key=lambda index: priorities[index]):
         if remaining <= EPSILON:
             break
-        remaining = _water_fill(remaining, list(group), claims, caps, shares)
+        remaining = _water_fill(remaining, list(group), weights, caps, shares)
     return shares
 
 
 def _water_fill(
     amount: float,
     members: list[int],
-    claims: Sequence[Claim],
+    weights: list[float],
     caps: list[float],
     shares: list[float],
 ) -> float:
     """Give `amount` to `members` by weight, capped; updates `shares`, returns what is left."""
-    active = [i for i in members if claims[i].weight > 0 and shares[i] < caps[i] - EPSILON]
+    active = [i for i in members if weights[i] > 0 and shares[i] < caps[i] - EPSILON]
     while active and amount > EPSILON:
-        total_weight = sum(claims[i].weight for i in active)
+        total_weight = sum(weights[i] for i in active)
         capped = []
         given = 0.0
         for i in active:
-            offer = amount * claims[i].weight / total_weight
+            offer = amount * weights[i] / total_weight
             room = caps[i] - shares[i]
             if offer >= room - EPSILON:
                 shares[i] += room
@@ -112,21 +134,23 @@ def divide_tree(
     `siblings`, then each one's share among its children, level by level. A queue in
     `gpu_weights` divides the GPU surplus by that weight instead of its own."""
     shares: dict[str, list[float]] = {queue.name: [0.0, 0.0, 0.0] for queue in siblings}
+    priorities = [queue.priority for queue in siblings]
     for resource in DIMENSIONS:
         override = gpu_weights if gpu_weights and resource == GPU else None
-        claims = [
-            Claim(
-                deserved=queue.deserved[resource],
-                demand=queue.requested[resource],
-                limit=queue.limit[resource],
-                weight=queue.weight[resource]
-                if override is None
-                else override.get(queue.name, queue.weight[resource]),
-                priority=queue.priority,
-            )
+        weights = [
+            queue.weight[resource]
+            if override is None
+            else override.get(queue.name, queue.weight[resource])
             for queue in siblings
         ]
-        for queue, share in zip(siblings, divide(amounts[resource], claims), strict=True):
+        divided = _divide(
+            amounts[resource],
+            [queue.deserved[resource] for queue in siblings],
+            [min(queue.requested[resource], queue.limit[resource]) for queue in siblings],
+            weights,
+            priorities,
+        )
+        for queue, share in zip(siblings, divided, strict=True):
             shares[queue.name][resource] = share
     for queue in siblings:
         if queue.children:

@@ -183,6 +183,8 @@ class CycleGate:
         # GPU weights of the latest usage.
         self.factors = {name: setting.k for name, setting in decay_settings(queues).items()}
         self.gpu_weights: dict[str, float] = {}
+        # The fair shares as the totals stand, until they change.
+        self._shares: dict[str, list[float]] | None = None
 
     # -- what the simulator reports ---------------------------------------------------
 
@@ -216,6 +218,7 @@ class CycleGate:
         """The queues' usage shares the next cycle is given (time-decayed fair share)."""
         if self.factors:
             self.gpu_weights = decayed_weights(self.roots, usage, self.factors)
+            self._shares = None
 
     def cycle_done(self, changed: bool) -> None:
         """After a cycle: one that changed nothing leaves the cluster settled."""
@@ -225,12 +228,14 @@ class CycleGate:
             totals.fresh.clear()
 
     def _request(self, totals: _QueueTotals, amounts: Amounts, sign: float) -> None:
+        self._shares = None
         for level in totals.path:
             for resource in range(3):
                 level.requested[resource] += sign * amounts[resource]
 
     def _run(self, totals: _QueueTotals, shape: Shape, placed: Amounts, sign: float) -> None:
         _, priority, preemptible = shape
+        self._shares = None
         for level in totals.path:
             for resource in range(3):
                 level.alloc[resource] += sign * placed[resource]
@@ -392,7 +397,9 @@ class CycleGate:
 
     def _fair_shares(self) -> dict[str, list[float]]:
         """Each queue's fair share of GPU, CPU and memory, divided as the engine does."""
-        return divide_tree(self.roots, self.capacity, self.gpu_weights)
+        if self._shares is None:
+            self._shares = divide_tree(self.roots, self.capacity, self.gpu_weights)
+        return self._shares
 
 
 def _drop(counter: Counter[_Key], key: _Key) -> None:

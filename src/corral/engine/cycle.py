@@ -431,23 +431,35 @@ def _decisions(
         if not ws.running:
             evicted = session.evicted.get(ws.name)
             pending[ws.name] = evicted or ws.reason or "not considered this cycle"
-    queues = {
-        name: QueueStatus(
-            deserved=as_resources(queue.deserved),
-            limit=as_resources(queue.limit),
-            fair_share=as_resources(queue.fair_share),
-            allocated=as_resources(queue.alloc),
-            requested=as_resources(queue.requested),
-            weight=weights.get(name),
-            usage=usage.get(name, 0.0) if name in weights else None,
-        )
-        for name, queue in session.queues.items()
-    }
+    queues = {name: _status(queue, weights, usage) for name, queue in session.queues.items()}
     reservations: dict[str, Reservation] = {}
     if session.reservations is not None:
         reservations = session.reservations.decided()
         session.reservations.annotate(pending, reservations, session.evicted)
     return Decisions(bindings, tuple(session.evictions), pending, queues, reservations=reservations)
+
+
+def _status(
+    queue: QueueState, weights: dict[str, float], usage: Mapping[str, float]
+) -> QueueStatus:
+    """A queue's totals as the cycle ends (the object it reported last, when they are the
+    same: most queues of a busy cluster change little from one cycle to the next)."""
+    weight = weights.get(queue.name)
+    used = usage.get(queue.name, 0.0) if queue.name in weights else None
+    key = (*queue.fair_share, *queue.alloc, *queue.requested, weight, used)
+    if queue.status is not None and queue.status[0] == key:
+        return queue.status[1]
+    status = QueueStatus(
+        deserved=as_resources(queue.deserved),
+        limit=as_resources(queue.limit),
+        fair_share=as_resources(queue.fair_share),
+        allocated=as_resources(queue.alloc),
+        requested=as_resources(queue.requested),
+        weight=weight,
+        usage=used,
+    )
+    queue.status = (key, status)
+    return status
 
 
 def _build_queues(snapshot: Snapshot) -> dict[str, QueueState]:

@@ -59,7 +59,7 @@ def _divide(
     priorities: list[int],
 ) -> list[float]:
     """`divide` on the claims' fields, each demand already capped by its limit."""
-    shares = [min(quota, cap) for quota, cap in zip(deserved, caps, strict=True)]
+    shares = [cap if cap < quota else quota for quota, cap in zip(deserved, caps, strict=True)]
     if not any(
         weight > 0 and share < cap - EPSILON
         for weight, share, cap in zip(weights, shares, caps, strict=True)
@@ -67,6 +67,11 @@ def _divide(
         # Nobody wants more than its deserved quota: nothing is left to divide.
         return shares
     remaining = amount - sum(share for share in shares if math.isfinite(share))
+    if len(set(priorities)) == 1:
+        # One priority (the usual case): one group, in claim order.
+        if remaining > EPSILON:
+            _water_fill(remaining, list(range(len(shares))), weights, caps, shares)
+        return shares
     order = sorted(range(len(shares)), key=lambda index: -priorities[index])
     for _, group in groupby(order, key=lambda index: priorities[index]):
         if remaining <= EPSILON:
@@ -136,20 +141,26 @@ def divide_tree(
     shares: dict[str, list[float]] = {queue.name: [0.0, 0.0, 0.0] for queue in siblings}
     priorities = [queue.priority for queue in siblings]
     for resource in DIMENSIONS:
-        override = gpu_weights if gpu_weights and resource == GPU else None
-        weights = [
-            queue.weight[resource]
-            if override is None
-            else override.get(queue.name, queue.weight[resource])
+        deserved = [queue.deserved[resource] for queue in siblings]
+        # Each demand capped by its limit (as min() does it, a builtin call per queue).
+        caps = [
+            limit
+            if (limit := queue.limit[resource]) < (demand := queue.requested[resource])
+            else demand
             for queue in siblings
         ]
-        divided = _divide(
-            amounts[resource],
-            [queue.deserved[resource] for queue in siblings],
-            [min(queue.requested[resource], queue.limit[resource]) for queue in siblings],
-            weights,
-            priorities,
-        )
+        if all(quota == math.inf for quota in deserved):
+            # An unmanaged resource: every queue gets what it asks for, up to its limit.
+            divided = caps
+        else:
+            override = gpu_weights if gpu_weights and resource == GPU else None
+            weights = [
+                queue.weight[resource]
+                if override is None
+                else override.get(queue.name, queue.weight[resource])
+                for queue in siblings
+            ]
+            divided = _divide(amounts[resource], deserved, caps, weights, priorities)
         for queue, share in zip(siblings, divided, strict=True):
             shares[queue.name][resource] = share
     for queue in siblings:

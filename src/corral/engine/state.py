@@ -25,7 +25,7 @@ from sortedcontainers import SortedList
 
 from corral.engine.fragmentation import Shape
 from corral.engine.kinds import CPU, GPU, MEMORY, Request
-from corral.model import Node, Placement, Queue, Resources, TaskGroup, Workload
+from corral.model import Node, Placement, Queue, QueueStatus, Resources, TaskGroup, Workload
 from corral.model.resources import EPSILON
 
 _DIGITS = re.compile(r"(\d+)")
@@ -102,6 +102,7 @@ class QueueState:
         "reserve_after",
         "running_priorities",
         "stamp",
+        "status",
         "weight",
     )
 
@@ -128,6 +129,9 @@ class QueueState:
         # How many of its workloads run (a task or more) at each priority: only work above
         # the lowest of them may preempt (a leaf's own; kept with the running tasks).
         self.running_priorities: Counter[int] = Counter()
+        # The totals a cycle last reported, and what they were worked out from: a queue
+        # kept from cycle to cycle whose totals stay the same reports the same object.
+        self.status: tuple[tuple[float | None, ...], QueueStatus] | None = None
         # Goes up whenever `alloc` or `np_alloc` changes, so that what is worked out from
         # them may be kept until then.
         self.stamp = 0

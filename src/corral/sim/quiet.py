@@ -293,7 +293,7 @@ class CycleGate:
                 totals.limit[0] <= totals.deserved[0] + _SLACK for totals in self.queues.values()
             )
         )
-        shares = self._fair_shares() if self.trimmable and not (lone or owned) else {}
+        trims = self.trimmable and not (lone or owned)
         for totals in self.queues.values():
             waiting = totals.waiting
             if not waiting:
@@ -306,7 +306,7 @@ class CycleGate:
                 hidden += len(waiting) - len(shown)
                 continue
             count = len(waiting)
-            if shares and self._blocked(totals, shares[totals.name][0]):
+            if trims and self._blocked(totals):
                 count = 1
             names.extend(order[2] for order in waiting.islice(0, count))
             hidden += len(waiting) - count
@@ -351,13 +351,13 @@ class CycleGate:
             return False
         return True
 
-    def _blocked(self, totals: _QueueTotals, share: float) -> bool:
+    def _blocked(self, totals: _QueueTotals) -> bool:
         """Every pending workload of the queue is over its GPU limit, none can preempt, and
         no other queue may reclaim from it (which would free room under its limit)."""
-        if totals.alloc[0] > share + _SLACK:
-            return False
         headroom = totals.limit[0] - totals.alloc[0]
         if could_stay_within_limit(min(gpus for gpus, _, _ in totals.pending), headroom, _SLACK):
+            return False
+        if totals.alloc[0] > self._fair_shares()[totals.name][0] + _SLACK:
             return False
         if "preempt" not in self.actions:
             return True

@@ -32,12 +32,17 @@ class Consolidate:
         # adds to them, so work that cannot be helped now cannot be later in this action.
         if not any(self._may_help(candidate) for candidate in session.pending()):
             return
-        for candidate in session.pending_in_order():
+        order = session.pending_in_order()
+        for candidate in order:
             if self._may_help(candidate):
                 commit = self.moves_for(candidate)
                 if commit is not None:
                     commit()
                     session.state.journal.clear()
+                    continue
+            # Nothing changed: alike work next in its queue fares the same.
+            for _ in order.take_alike(candidate):
+                pass
 
     def _may_help(self, candidate: Candidate) -> bool:
         ws = candidate.workload

@@ -32,7 +32,10 @@ class VictimSearch:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self._units: dict[str, list[Unit]] | None = None
+        # Running preemptible workloads by queue, and each queue's victim units in order,
+        # worked out when first asked for.
+        self._victims: dict[str, list[WorkloadState]] | None = None
+        self._units: dict[str, list[Unit]] = {}
         # Victim lists are consumed front first: where each queue's untouched units start.
         self._cursor: dict[str, int] = {}
         self._tentative: set[int] = set()
@@ -154,26 +157,15 @@ class VictimSearch:
         """Victim units of a queue in the order they are taken: lowest priority first; an
         elastic workload's extra tasks before minimum gangs; the fewest GPU-seconds of work
         lost since the last checkpoint; idle before busy; newest first."""
-        if self._units is None:
-            keyed: dict[str, list[tuple[tuple[object, ...], Unit]]] = {}
+        if self._victims is None:
+            self._victims = {}
             for ws in self.session.workloads:
-                if not ws.original or not ws.preemptible:
-                    continue
-                workload = ws.workload
-                unsaved = _unsaved_seconds(workload)
-                rank = (0 if workload.idle else 1, -workload.submitted, workload.name)
-                entries = keyed.setdefault(ws.queue.name, [])
-                for task, placement in ws.original.items():
-                    if task >= workload.min_tasks:
-                        lost = placement.gpu * unsaved
-                        entries.append(((workload.priority, 0, lost, *rank, -task), (ws, (task,))))
-                lost = unsaved * sum(placement.gpu for placement in ws.original.values())
-                entries.append(((workload.priority, 1, lost, *rank, 0), (ws, None)))
-            self._units = {
-                name: [unit for _, unit in sorted(entries, key=lambda item: item[0])]
-                for name, entries in keyed.items()
-            }
-        return self._units.get(leaf.name, [])
+                if ws.original and ws.preemptible:
+                    self._victims.setdefault(ws.queue.name, []).append(ws)
+        units = self._units.get(leaf.name)
+        if units is None:
+            units = self._units[leaf.name] = _units_in_order(self._victims.get(leaf.name, []))
+        return units
 
     def _keep_needed(self, victims: list[tuple[Unit, list[Placement]]]) -> None:
         """Put back victims whose devices the preemptor did not need after all."""
@@ -206,6 +198,29 @@ class VictimSearch:
             return False
         share = placement.gpu / len(placement.devices) if placement.devices else 0.0
         return all(node.used[device] + share <= 1.0 + EPSILON for device in placement.devices)
+
+
+def _units_in_order(victims: list[WorkloadState]) -> list[Unit]:
+    """The victim units of a queue's running preemptible workloads, in the order of
+    `VictimSearch._victim_units`."""
+    entries: list[tuple[tuple[object, ...], Unit]] = []
+    for ws in victims:
+        workload = ws.workload
+        unsaved = _unsaved_seconds(workload)
+        rank = (0 if workload.idle else 1, -workload.submitted, workload.name)
+        if workload.min_available is not None:
+            # Only an elastic workload's tasks beyond its minimum go one by one.
+            min_tasks = workload.min_tasks
+            for task, placement in ws.original.items():
+                if task >= min_tasks:
+                    lost = placement.gpu * unsaved
+                    entries.append(((workload.priority, 0, lost, *rank, -task), (ws, (task,))))
+        lost = (
+            unsaved * sum(placement.gpu for placement in ws.original.values()) if unsaved else 0.0
+        )
+        entries.append(((workload.priority, 1, lost, *rank, 0), (ws, None)))
+    entries.sort(key=lambda item: item[0])
+    return [unit for _, unit in entries]
 
 
 def _unsaved_seconds(workload: Workload) -> float:

@@ -127,7 +127,10 @@ class Reclaim:
         queues stay within their fair share (pending work was served first)."""
         session = self.session
         for ws in session.workloads:
-            if not ws.running or not ws.workload.elastic or ws.name in session.touched:
+            # Most work is not elastic: the cheapest test first.
+            if ws.workload.min_available is None or not ws.running:
+                continue
+            if not ws.workload.elastic or ws.name in session.touched:
                 continue
             while tasks := ws.unplaced()[:1]:
                 candidate = Candidate(ws, tasks, session.request_of(ws, tasks), growth=True)

@@ -108,9 +108,9 @@ def test_the_gate_divides_with_the_usage() -> None:
     for i in range(4):
         for name in ("a", "b"):
             order = (-50, float(i), f"{name}{i}")
-            gate.arrived(name, (1.0, 50, True), one, order)
-            gate.started(name, (1.0, 50, True), one, one, order)
-    gate.arrived("b", (1.0, 50, True), one, (-50, 9.0, "b9"))
+            gate.arrived(name, (1.0, 50, True), one, order, True)
+            gate.started(name, (1.0, 50, True), one, one, order, True)
+    gate.arrived("b", (1.0, 50, True), one, (-50, 9.0, "b9"), True)
     assert not gate.may_change()
     gate.set_usage({"a": 0.9, "b": 0.1})
     assert gate.may_change()

@@ -90,6 +90,7 @@ class _QueueTotals:
         "limit",
         "name",
         "np_alloc",
+        "odd",
         "parent",
         "path",
         "pending",
@@ -123,6 +124,8 @@ class _QueueTotals:
         self.running_priorities: Counter[int] = Counter()
         # Pending workloads in queue order: (-priority, submitted, name, GPUs).
         self.waiting = SortedList()
+        # Pending workloads that are not `plain` (see CycleGate.arrived).
+        self.odd = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +133,17 @@ class Selection:
     """The pending workloads a cycle must see. `hidden` counts those left out. `checks`
     lists the queues whose hidden work must be shown not to fit after the cycle, with the
     smallest GPU request among their pending work; `lone` marks a single queue with
-    pending work, whose hidden work also fails when less is free than it needs."""
+    pending work, whose hidden work also fails when less is free than it needs. In a
+    cycle that may evict (`evicting`), the decision holds only if it evicted nothing, and
+    `share_room` is the lone queue's room under its fair share that its hidden work must
+    not fit in (None: no other queue may give to it, so it cannot reclaim)."""
 
     names: tuple[str, ...]
     hidden: int
     checks: tuple[tuple[str, float], ...]
     lone: bool
+    evicting: bool = False
+    share_room: float | None = None
 
 
 class CycleGate:
@@ -176,6 +184,8 @@ class CycleGate:
                 queue.limit.memory,
             )
         )
+        # Reservations depend on which pending work the engine sees.
+        self.reserving = any(queue.reserve_after is not None for queue in queues)
         self.pending_count = 0
         self.settled = False
         self.freed = False
@@ -188,9 +198,15 @@ class CycleGate:
 
     # -- what the simulator reports ---------------------------------------------------
 
-    def arrived(self, queue: str, shape: Shape, request: Amounts, order: Order) -> None:
-        """A workload became pending: it was submitted, or evicted (`fresh` either way)."""
+    def arrived(
+        self, queue: str, shape: Shape, request: Amounts, order: Order, plain: bool
+    ) -> None:
+        """A workload became pending: it was submitted, or evicted (`fresh` either way).
+        `plain`: its tasks are alike (one task group) and ask for no CPU or memory, so
+        that whether it fits only gets less likely as the cluster fills, and hiding it
+        changes no CPU or memory total."""
         totals = self.queues[queue]
+        totals.odd += not plain
         totals.waiting.add((*order, shape[0]))
         totals.pending[shape] += 1
         totals.fresh[shape] += 1
@@ -198,10 +214,17 @@ class CycleGate:
         self._request(totals, request, 1.0)
 
     def started(
-        self, queue: str, shape: Shape, request: Amounts, placed: Amounts, order: Order
+        self,
+        queue: str,
+        shape: Shape,
+        request: Amounts,
+        placed: Amounts,
+        order: Order,
+        plain: bool,
     ) -> None:
         """A pending workload started with `placed` amounts (its request as placed)."""
         totals = self.queues[queue]
+        totals.odd -= not plain
         totals.waiting.remove((*order, shape[0]))
         # `fresh` is cleared by the cycle_done that follows every cycle that starts work.
         _drop(totals.pending, shape)
@@ -282,7 +305,12 @@ class CycleGate:
         hidden = 0
         checks: list[tuple[str, float]] = []
         allocating = self.actions == {"allocate"}
-        lone = allocating and sum(1 for totals in self.queues.values() if totals.waiting) == 1
+        queued = [totals for totals in self.queues.values() if totals.waiting]
+        if not allocating and len(queued) == 1:
+            trimmed = self._select_lone(queued[0], first)
+            if trimmed is not None:
+                return trimmed
+        lone = allocating and len(queued) == 1
         # Allocation alone, and every allotment equal to deserved (no limit above it): the
         # fairness order does not depend on demand, and a queue's hidden work comes after
         # all it shows.
@@ -312,6 +340,69 @@ class CycleGate:
             hidden += len(waiting) - count
         return Selection(tuple(names), hidden, tuple(checks), lone)
 
+    def _select_lone(self, totals: _QueueTotals, most: int) -> Selection | None:
+        """For a cycle that may evict, with one queue's work pending: its first workloads,
+        as `_enough` picks them for a lone queue, when the rest cannot change the decision
+        (None: show it all). The engine tries the hidden ones after all that is shown (no
+        other queue has pending work, and simulated jobs are never elastic), and each
+        fails without changing anything if, in that order:
+        - the cycle evicts nothing (checked afterwards; moves count): the cluster then
+          only fills, the queue's work is placed only by allocate (plain work that does
+          not fit does not fit a fuller cluster either), and less is free when a hidden
+          workload is tried than it asks for (checked afterwards, as for allocation);
+        - it cannot preempt: nothing of its queue runs at a lower priority;
+        - it cannot reclaim: its queue would exceed its fair share with it (checked
+          afterwards, with what the cycle placed), or no other queue holds its fair share
+          or more, so none may give (nothing else changes their totals);
+        - hiding it leaves every fair share as it is (its queue's demand stays above its
+          share), and it is plain, so no CPU or memory total changes either."""
+        if not self.trimmable or self.reserving or totals.odd:
+            return None
+        if "preempt" in self.actions:
+            lowest_running = min(totals.running_priorities, default=math.inf)
+            highest = max(priority for _, priority, _ in totals.pending)
+            if Preempt.could_preempt(highest, lowest_running):
+                return None
+        shown, complete = self._enough(totals, True, most)
+        if complete:
+            return None
+        shares = self._fair_shares()
+        gave = [
+            other
+            for other in self.queues.values()
+            if other.leaf
+            and other is not totals
+            and other.alloc[0] > shares[other.name][0] - _SLACK
+        ]
+        shown_names = set(shown)
+        hidden_gpus = sum(entry[3] for entry in totals.waiting if entry[2] not in shown_names)
+        if not self._same_shares(totals, hidden_gpus, shares):
+            return None
+        share_room = shares[totals.name][0] - totals.alloc[0] if gave else None
+        smallest = min(gpus for gpus, _, _ in totals.pending)
+        return Selection(
+            tuple(shown),
+            len(totals.waiting) - len(shown),
+            ((totals.name, smallest),),
+            lone=True,
+            evicting=True,
+            share_room=share_room,
+        )
+
+    def _same_shares(
+        self, totals: _QueueTotals, hidden_gpus: float, shares: Mapping[str, list[float]]
+    ) -> bool:
+        """Whether the fair shares stay as `shares` with `hidden_gpus` less demand of GPUs
+        in the queue of `totals`."""
+        for level in totals.path:
+            level.requested[0] -= hidden_gpus
+        try:
+            trimmed = divide_tree(self.roots, self.capacity, self.gpu_weights)
+        finally:
+            for level in totals.path:
+                level.requested[0] += hidden_gpus
+        return trimmed == shares
+
     def _enough(self, totals: _QueueTotals, lone: bool, most: int) -> tuple[list[str], bool]:
         """A queue's first pending workloads that could fit: enough to ask for all the room
         it has (under its limit, and for a lone queue in the cluster), and a few more in
@@ -336,10 +427,19 @@ class CycleGate:
             shown.append(entry[2])
         return shown, True
 
-    def holds(self, selection: Selection, placed: Mapping[str, float]) -> bool:
+    def holds(self, selection: Selection, placed: Mapping[str, float], evicted: bool) -> bool:
         """Whether a decision on `selection` is the decision on all pending work: after
         placing `placed` GPUs per queue, no queue can fit its smallest hidden request
-        under its limit (or, for a lone queue, in what is left free)."""
+        under its limit (or, for a lone queue, in what is left free); in a cycle that
+        may evict, nothing was `evicted` and the lone queue's hidden work cannot fit
+        under its fair share (see `_select_lone`)."""
+        if selection.evicting:
+            if evicted:
+                return False
+            name, smallest = selection.checks[0]
+            room = selection.share_room
+            if room is not None and placed.get(name, 0.0) + smallest <= room + _SLACK:
+                return False
         free = self.free_gpu - sum(placed.values())
         for name, smallest in selection.checks:
             totals = self.queues[name]

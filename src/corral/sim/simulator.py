@@ -121,6 +121,7 @@ class _JobState:
         "order",
         "pending_since",
         "placed",
+        "plain",
         "preemptions",
         "project",
         "queue",
@@ -145,6 +146,8 @@ class _JobState:
         self.request: Amounts = (self.gpus, cpu, memory)
         self.placed: Amounts = self.request
         self.shape: Shape = (self.gpus, workload.priority, workload.preemptible)
+        # One group of alike tasks that ask for no CPU or memory (see CycleGate.arrived).
+        self.plain = len(job.task_groups) == 1 and cpu == 0 and memory == 0
         self.order: Order = (-workload.priority, workload.submitted, workload.name)
         # Workloads of one kind have the same task shapes for the engine.
         self.kind: KindKey = (job.task_groups, tuple(sorted(workload.node_selector.items())))
@@ -298,7 +301,7 @@ class Simulation:
         if kind is None:
             kind = self.waiting_kinds[state.kind] = _Kind(state.workload)
         kind.count += 1
-        self.gate.arrived(state.queue, state.shape, state.request, state.order)
+        self.gate.arrived(state.queue, state.shape, state.request, state.order, state.plain)
         self.recorder.change(state.project, pending=state.gpus)
 
     def _complete(self, state: _JobState, now: float) -> None:
@@ -394,7 +397,7 @@ class Simulation:
             for name, placements in decisions.bindings.items():
                 queue = self.by_name[name].queue
                 placed[queue] = placed.get(queue, 0.0) + sum(p.gpu for p in placements)
-            if not self.gate.holds(selection, placed):
+            if not self.gate.holds(selection, placed, bool(decisions.evictions)):
                 self.rechecks += 1
                 decisions = self._schedule_all()
         return decisions
@@ -453,7 +456,9 @@ class Simulation:
         finish = now + state.restart + (state.job.duration - state.saved)
         self.sequence += 1
         heapq.heappush(self.completions, (finish, self.sequence, state.version, state))
-        self.gate.started(state.queue, state.shape, state.request, state.placed, state.order)
+        self.gate.started(
+            state.queue, state.shape, state.request, state.placed, state.order, state.plain
+        )
         utilisation = state.job.utilisation or 0.0
         self.recorder.change(state.project, held=gpus, busy=gpus * utilisation, pending=-state.gpus)
 

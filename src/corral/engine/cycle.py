@@ -241,11 +241,10 @@ def _known_action(name: str) -> ActionName:
 def _reuse(
     kept: Kept,
 ) -> tuple[dict[str, QueueState], ClusterState, dict[str, WorkloadState]]:
-    """The queues, state and workloads kept from the last cycle, with the demands and
-    fair shares cleared (this cycle divides them again)."""
+    """The queues, state and workloads kept from the last cycle, with the demands
+    cleared (this cycle adds them up again, and divides every queue's fair share)."""
     for queue in kept.queues.values():
         queue.requested[:] = (0.0, 0.0, 0.0)
-        queue.set_fair_share([0.0, 0.0, 0.0])
     return kept.queues, kept.state, kept.workloads
 
 

@@ -9,7 +9,7 @@ eviction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from corral.engine.kinds import EVICTED, EvictionKind, Request
 from corral.engine.ordering import InOrder
@@ -122,11 +122,14 @@ class Session:
             candidate = ws.gang = Candidate(ws, tasks, self.request_of(ws, tasks), growth=False)
         return candidate
 
-    def pending(self) -> Iterator[Candidate]:
+    def pending(self) -> list[Candidate]:
         """The candidates of `pending_in_order`, in no particular order."""
-        for ws in self.waiting:
-            if not ws.running and not ws.started and ws.name not in self.touched:
-                yield self.gang_candidate(ws)
+        touched = self.touched
+        return [
+            ws.gang or self.gang_candidate(ws)
+            for ws in self.waiting
+            if not ws.running and not ws.started and ws.name not in touched
+        ]
 
     def pending_in_order(self) -> InOrder:
         """Pending workloads not yet placed, evicted or moved, in fairness order."""

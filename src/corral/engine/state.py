@@ -151,7 +151,13 @@ class QueueState:
 
     def set_fair_share(self, share: list[float]) -> None:
         self.fair_share[:] = share
-        self.allotment[:] = [max(pair) for pair in zip(self.deserved, share, strict=True)]
+        deserved = self.deserved
+        # The larger of the two, as max() picks it (the first of equals).
+        self.allotment[:] = [
+            share[0] if share[0] > deserved[0] else deserved[0],
+            share[1] if share[1] > deserved[1] else deserved[1],
+            share[2] if share[2] > deserved[2] else deserved[2],
+        ]
 
 
 @dataclass(slots=True)

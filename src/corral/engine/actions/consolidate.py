@@ -30,7 +30,12 @@ class Consolidate:
         session = self.session
         # Moves keep the queues' totals and the free GPUs as they are, and a placement only
         # adds to them, so work that cannot be helped now cannot be later in this action.
-        if not any(self._may_help(candidate) for candidate in session.pending()):
+        # (The free GPUs first, inline: in a full cluster most pending work fails there.)
+        free = session.state.free_gpu + EPSILON
+        if not any(
+            candidate.request[GPU] <= free and self._may_help(candidate)
+            for candidate in session.pending()
+        ):
             return
         order = session.pending_in_order()
         for candidate in order:

@@ -24,6 +24,8 @@ class Consolidate:
 
     def __init__(self, session: Session) -> None:
         self.session = session
+        # The workloads running on each node as the cycle began, newest first.
+        self._newest_first: dict[str, list[WorkloadState]] = {}
 
     def run(self) -> None:
         """Move preemptible workloads between nodes when that lets a pending one fit."""
@@ -183,9 +185,18 @@ class Consolidate:
         return None
 
     def _newest_movable(self, node: str) -> float:
-        session = self.session
-        ages = [ws.workload.submitted for ws in session.by_node.get(node, []) if self._movable(ws)]
-        return max(ages, default=-math.inf)
+        """When the newest movable workload on the node was submitted (-inf: none)."""
+        newest = self._newest_first.get(node)
+        if newest is None:
+            on_node = self.session.by_node.get(node, [])
+            newest = self._newest_first[node] = sorted(
+                on_node, key=lambda ws: ws.workload.submitted, reverse=True
+            )
+        # Most work is movable: the first movable one is usually the first.
+        for ws in newest:
+            if self._movable(ws):
+                return ws.workload.submitted
+        return -math.inf
 
     def _movable(self, ws: WorkloadState) -> bool:
         return (

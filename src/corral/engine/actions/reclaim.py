@@ -86,24 +86,24 @@ class Reclaim:
         anyone_over: AnyoneOver = {}
         # As things stand, how far each candidate reaches depends only on its queue, its
         # request and whether it is preemptible: a backlog of alike work is looked at once.
-        reaches: dict[tuple[str, Request, bool], int | None] = {}
+        reaches: dict[tuple[QueueState, Request, bool], int | None] = {}
         candidates = []
         for candidate in session.pending():
             ws = candidate.workload
-            key = (ws.queue.name, candidate.request, ws.preemptible)
-            if key not in reaches:
-                reaches[key] = self._reach(candidate, anyone_over)
-            candidates.append((candidate, reaches[key]))
+            key = (ws.queue, candidate.request, ws.workload.preemptible)
+            reach = reaches.get(key, -1)
+            if reach == -1:
+                reach = reaches[key] = self._reach(candidate, anyone_over)
+            if reach == 0:
+                candidates.append((candidate, key))
         if not any(reaches.values()):
             # Nothing is reclaimed, so the state stays as it is and the order is moot.
-            notes: dict[tuple[str, Request, bool], str] = {}
-            for candidate, reach in candidates:
-                if reach == 0:
-                    ws = candidate.workload
-                    key = (ws.queue.name, candidate.request, ws.preemptible)
-                    if key not in notes:
-                        notes[key] = self._within_note(candidate)
-                    session.note(ws, notes[key])
+            notes: dict[tuple[QueueState, Request, bool], str] = {}
+            for candidate, key in candidates:
+                note = notes.get(key)
+                if note is None:
+                    note = notes[key] = self._within_note(candidate)
+                session.note(candidate.workload, note)
         else:
             order = session.pending_in_order()
             for candidate in order:

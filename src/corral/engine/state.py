@@ -52,6 +52,7 @@ class NodeState:
         "index",
         "kind",
         "node",
+        "pristine",
         "used",
     )
 
@@ -67,6 +68,8 @@ class NodeState:
         # The node's GPUs less the sum of `used`, kept up whenever `used` changes (it is
         # read for every node in some searches).
         self.free_gpu = float(node.gpus)
+        # Schedulable and running nothing: every such node of a kind looks the same.
+        self.pristine = False
 
     @property
     def name(self) -> str:
@@ -256,6 +259,10 @@ class ClusterState:
         # may be kept until then (see `Placer`).
         self.bucket_stamps: list[list[int]] = []
         self._stamp = 0
+        # Per kind: its nodes' GPUs, and how many of its nodes are pristine (all of them in
+        # the bucket of that many free devices).
+        self.kind_gpus: list[int] = []
+        self.pristine: list[int] = []
         # Partly used devices of schedulable nodes: (free fraction, node index, device).
         self.partial = SortedList()
         self.free_gpu = 0.0
@@ -316,6 +323,8 @@ class ClusterState:
             node.free_cpu = _round(node.free_cpu)
             node.free_memory = _round(node.free_memory)
             self._touch(node)
+            if self.pristine:
+                self._check_pristine(node)
         self._changed_nodes.clear()
         rounded: set[str] = set()
         for leaf in self._changed_queues:
@@ -331,9 +340,16 @@ class ClusterState:
         """Round every total (see `settle`) and build the free-capacity indices from the
         nodes as they stand."""
         self.bucket_stamps = []
+        self.pristine = []
         self._changed_nodes.update(self.nodes)
         self._changed_queues.update(queue for queue in self.queues.values() if queue.leaf)
         self.settle()
+        self.kind_gpus = [0] * self._kinds
+        self.pristine = [0] * self._kinds
+        for node in self.nodes:
+            self.kind_gpus[node.kind] = node.node.gpus
+            node.pristine = False
+            self._check_pristine(node)
         buckets: list[list[int]] = [[] for _ in range(self.max_devices + 1)]
         kind_buckets: list[list[list[int]]] = [
             [[] for _ in range(self.max_devices + 1)] for _ in range(self._kinds)
@@ -415,7 +431,21 @@ class ClusterState:
             self._use_devices(node, devices, sign * placement.gpu / len(devices))
         if node.node.schedulable:
             self.free_gpu = _round(self.free_gpu - sign * placement.gpu)
+            self._check_pristine(node)
         self._count(workload, placement, group, sign)
+
+    def _check_pristine(self, node: NodeState) -> None:
+        """Mark whether the node runs nothing, and keep its kind's count."""
+        spec = node.node
+        pristine = (
+            spec.schedulable
+            and node.free_whole == spec.gpus
+            and node.free_cpu == spec.cpu
+            and node.free_memory == spec.memory
+        )
+        if pristine != node.pristine:
+            node.pristine = pristine
+            self.pristine[node.kind] += 1 if pristine else -1
 
     def _use_devices(self, node: NodeState, devices: tuple[int, ...], share: float) -> None:
         """Add `share` (negative: take it off) to the use of each of `devices`, moving the

@@ -42,6 +42,8 @@ from corral.model import (
 from corral.model.usage import decay_settings
 
 _SUBMITTED = operator.attrgetter("submitted", "name")
+# The most kinds of workload a Scheduler remembers (see WorkloadState.alike_kind).
+_MAX_KINDS = 10_000
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decisions:
@@ -164,6 +166,7 @@ class Kept:
         self.state: ClusterState = cycle.session.state
         self.workloads: dict[str, WorkloadState] = cycle.loaded
         self.shapes: Counter[Shape] = cycle.shapes
+        self.kinds: dict[object, object] = cycle.kinds
 
     def release(self) -> None:
         """Let reference counting free the kept workloads' states (see
@@ -185,11 +188,16 @@ class Cycle:
         self, snapshot: Snapshot, config: SchedulerConfig, kept: Kept | None = None
     ) -> None:
         self.config = config
+        self.kinds: dict[object, object] = {}
         fresh = kept is None or not kept.holds(snapshot)
         if kept is not None and not fresh:
             queues, state, previous = _reuse(kept)
             # The tasks of the kept workloads by shape, kept up to date as they change.
             self.shapes = kept.shapes
+            # What makes workloads alike, one object for each (a table that only grows
+            # while the nodes and queues stay: begun again when large).
+            if len(kept.kinds) < _MAX_KINDS:
+                self.kinds = kept.kinds
         else:
             queues = _build_queues(snapshot)
             state = ClusterState(snapshot.nodes, queues)
@@ -197,7 +205,7 @@ class Cycle:
             self.shapes = Counter()
         max_memory = max((node.gpu_memory for node in snapshot.nodes if node.gpus), default=0)
         self.loaded = _load_workloads(
-            snapshot, queues, state, previous, fresh, max_memory, self.shapes
+            snapshot, queues, state, previous, fresh, max_memory, self.shapes, self.kinds
         )
         workloads = list(self.loaded.values())
         waiting = [ws for ws in workloads if not ws.running]
@@ -256,6 +264,7 @@ def _load_workloads(
     fresh: bool,
     max_memory: int,
     shapes: Counter[Shape],
+    kinds: dict[object, object],
 ) -> dict[str, WorkloadState]:
     """The snapshot's workloads by name, oldest first, with their running tasks in
     `state`, and their tasks counted by shape in `shapes`.
@@ -289,7 +298,7 @@ def _load_workloads(
                 loaded[name] = ws
                 continue
             _take_off(state, ws, shapes)
-        ws = WorkloadState(workload, queue, workload.tasks())
+        ws = WorkloadState(workload, queue, workload.tasks(), kinds=kinds)
         ws.shapes = task_shapes(workload, max_memory)
         for shape, tasks in ws.shapes:
             shapes[shape] += tasks
@@ -325,6 +334,7 @@ def _carry_over(ws: WorkloadState, workload: Workload) -> bool:
         ws.workload = workload
         ws.gang = None
         ws.sized = False
+        ws.kind = None
     if ws.started or len(ws.running) != len(ws.original):
         ws.demand = None
     if len(ws.running) > 1:

@@ -186,6 +186,10 @@ class WorkloadState:
     # Why its minimum gang fits no eligible node even when empty, once `sized`.
     never_fits: str | None = None
     sized: bool = False
+    # What makes workloads alike (see `Candidate.alike`), once asked: one object for
+    # equal ones, from `kinds`, the table the cycle (or the Scheduler) keeps.
+    kinds: dict[object, object] | None = None
+    kind: object | None = None
 
     @property
     def name(self) -> str:
@@ -199,6 +203,25 @@ class WorkloadState:
         """Drop what refers back to this state, so that reference counting frees it (the
         cycle collector would otherwise have every workload of a cycle to find)."""
         self.gang = None
+
+    def alike_kind(self) -> object:
+        """Its tasks, priority, preemptibility and placement constraints, as one object
+        shared by every workload of the table `kinds` with the same (compared by
+        identity: comparing the task groups field by field is slow)."""
+        kind = self.kind
+        if kind is None:
+            workload = self.workload
+            key = (
+                workload.task_groups,
+                workload.priority,
+                workload.preemptible,
+                workload.min_available,
+                tuple(sorted(workload.node_selector.items())),
+                workload.topology,
+                workload.node_pools,
+            )
+            kind = self.kind = key if self.kinds is None else self.kinds.setdefault(key, key)
+        return kind
 
     def unplaced(self) -> list[int]:
         """Task numbers not running, lowest first."""
@@ -221,16 +244,7 @@ class Candidate:
         compare)."""
         if self.growth or other.growth:
             return False
-        a, b = self.workload.workload, other.workload.workload
-        return (
-            a.task_groups == b.task_groups
-            and a.priority == b.priority
-            and a.preemptible == b.preemptible
-            and a.min_available == b.min_available
-            and a.node_selector == b.node_selector
-            and a.topology == b.topology
-            and a.node_pools == b.node_pools
-        )
+        return self.workload.alike_kind() is other.workload.alike_kind()
 
 
 _BIND = 0

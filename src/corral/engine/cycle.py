@@ -11,7 +11,6 @@ it is rolled back.
 from __future__ import annotations
 
 import gc
-import operator
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -19,11 +18,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from corral.engine.actions import Allocate, Consolidate, Preempt, Reclaim
+from corral.engine.demand import Demand, add_up
 from corral.engine.errors import ConfigError, SnapshotError
 from corral.engine.eviction import VictimSearch
 from corral.engine.fairshare import decayed_weights, divide_tree
-from corral.engine.fragmentation import Fragmentation, Shape, shapes_of, task_shapes
+from corral.engine.fragmentation import Fragmentation, Shape, shapes_of
 from corral.engine.kinds import ACTION_NAMES, CPU, GPU, MEMORY, ActionName
+from corral.engine.loading import Loading, load_workloads
 from corral.engine.placement import Placer
 from corral.engine.pools import schedule_pools, uses_pools
 from corral.engine.session import Session
@@ -41,7 +42,6 @@ from corral.model import (
 )
 from corral.model.usage import decay_settings
 
-_SUBMITTED = operator.attrgetter("submitted", "name")
 # The most kinds of workload a Scheduler remembers (see WorkloadState.alike_kind).
 _MAX_KINDS = 10_000
 
@@ -167,6 +167,7 @@ class Kept:
         self.workloads: dict[str, WorkloadState] = cycle.loaded
         self.shapes: Counter[Shape] = cycle.shapes
         self.kinds: dict[object, object] = cycle.kinds
+        self.demand: Demand | None = cycle.demand
 
     def release(self) -> None:
         """Let reference counting free the kept workloads' states (see
@@ -192,8 +193,10 @@ class Cycle:
         fresh = kept is None or not kept.holds(snapshot)
         if kept is not None and not fresh:
             queues, state, previous = _reuse(kept)
-            # The tasks of the kept workloads by shape, kept up to date as they change.
+            # The tasks of the kept workloads by shape, and what they request, kept up to
+            # date as they change.
             self.shapes = kept.shapes
+            self.demand: Demand | None = kept.demand or Demand(previous.values())
             # What makes workloads alike, one object for each (a table that only grows
             # while the nodes and queues stay: begun again when large).
             if len(kept.kinds) < _MAX_KINDS:
@@ -203,9 +206,16 @@ class Cycle:
             state = ClusterState(snapshot.nodes, queues)
             previous = {}
             self.shapes = Counter()
+            self.demand = None
         max_memory = max((node.gpu_memory for node in snapshot.nodes if node.gpus), default=0)
-        self.loaded = _load_workloads(
-            snapshot, queues, state, previous, fresh, max_memory, self.shapes, self.kinds
+        # Workloads whose demand is to be worked out (and counted) this cycle.
+        changed: list[WorkloadState] = []
+        self.loaded = load_workloads(
+            snapshot,
+            queues,
+            state,
+            previous,
+            Loading(fresh, max_memory, self.shapes, self.kinds, self.demand, changed),
         )
         workloads = list(self.loaded.values())
         waiting = [ws for ws in workloads if not ws.running]
@@ -214,7 +224,7 @@ class Cycle:
         self.session = Session(config, queues, state, workloads, waiting, placer)
         self.weights = _time_decayed_weights(snapshot, queues)
         self.usage = snapshot.usage
-        _divide_fair_shares(self.session, self.weights)
+        _divide_fair_shares(self.session, self.weights, self.demand, changed)
 
     def run(self) -> Decisions:
         """Run the configured actions in order and return the decisions."""
@@ -256,117 +266,6 @@ def _reuse(
     return kept.queues, kept.state, kept.workloads
 
 
-def _load_workloads(
-    snapshot: Snapshot,
-    queues: dict[str, QueueState],
-    state: ClusterState,
-    previous: dict[str, WorkloadState],
-    fresh: bool,
-    max_memory: int,
-    shapes: Counter[Shape],
-    kinds: dict[object, object],
-) -> dict[str, WorkloadState]:
-    """The snapshot's workloads by name, oldest first, with their running tasks in
-    `state`, and their tasks counted by shape in `shapes`.
-
-    A workload kept in `previous` that runs as the snapshot says stays as it is; any
-    other is loaded afresh, and kept ones the snapshot no longer has are taken off."""
-    # Kept work changes with the indices kept up to date; fresh work loads without.
-    load = state.load if fresh else state.add
-    leaves = {name: queue for name, queue in queues.items() if queue.leaf}
-    loaded: dict[str, WorkloadState] = {}
-    for workload in sorted(snapshot.workloads, key=_SUBMITTED):
-        name = workload.name
-        queue = leaves.get(workload.queue)
-        if queue is None:
-            raise SnapshotError(f"workload {name}: {workload.queue!r} is not a leaf queue")
-        if name in loaded:
-            raise SnapshotError(f"workload {name}: listed twice")
-        ws = previous.pop(name, None)
-        if ws is not None:
-            if (
-                ws.workload is workload
-                and not ws.started
-                and len(ws.running) == len(ws.original) < 2
-            ):
-                # Given as last time, and the last cycle left it as it was (with one task
-                # or none, so in the same order too): the common case, kept cheap.
-                ws.reason = None
-                loaded[name] = ws
-                continue
-            if _carry_over(ws, workload):
-                loaded[name] = ws
-                continue
-            _take_off(state, ws, shapes)
-        ws = WorkloadState(workload, queue, workload.tasks(), kinds=kinds)
-        ws.shapes = task_shapes(workload, max_memory)
-        for shape, tasks in ws.shapes:
-            shapes[shape] += tasks
-        for placement in workload.placements:
-            if placement.node not in state.by_name:
-                raise SnapshotError(f"workload {name}: unknown node {placement.node!r}")
-            load(ws, placement)
-        ws.original = dict(ws.running)
-        loaded[name] = ws
-    for gone in previous.values():
-        _take_off(state, gone, shapes)
-    previous.clear()
-    return loaded
-
-
-def _take_off(state: ClusterState, ws: WorkloadState, shapes: Counter[Shape]) -> None:
-    """Take a kept workload's tasks off the state and out of the shape counts."""
-    state.remove(ws)
-    for shape, tasks in ws.shapes or ():
-        if shapes[shape] == tasks:
-            del shapes[shape]
-        else:
-            shapes[shape] -= tasks
-    ws.release()
-
-
-def _carry_over(ws: WorkloadState, workload: Workload) -> bool:
-    """Make the kept `ws` stand for `workload` at the start of this cycle, if it runs as
-    `workload` says; False when it must be loaded afresh."""
-    if not _runs_as(ws, workload):
-        return False
-    if ws.workload is not workload:
-        ws.workload = workload
-        ws.gang = None
-        ws.sized = False
-        ws.kind = None
-    if ws.started or len(ws.running) != len(ws.original):
-        ws.demand = None
-    if len(ws.running) > 1:
-        # In the snapshot's order, as if loaded afresh.
-        ws.running = {p.task: ws.running[p.task] for p in workload.placements}
-    ws.started = {}
-    ws.reason = None
-    ws.original = dict(ws.running)
-    return True
-
-
-def _runs_as(ws: WorkloadState, workload: Workload) -> bool:
-    """Whether `workload` has the same tasks, in the same queue, running where `ws` has."""
-    old = ws.workload
-    if old is not workload and (
-        old.queue != workload.queue
-        or old.task_groups != workload.task_groups
-        or old.preemptible != workload.preemptible
-        or old.priority != workload.priority
-        or old.node_selector != workload.node_selector
-    ):
-        return False
-    running = ws.running
-    if len(running) != len(workload.placements):
-        return False
-    for placement in workload.placements:
-        now = running.get(placement.task)
-        if now is not placement and now != placement:
-            return False
-    return True
-
-
 def _index(
     snapshot: Snapshot,
     state: ClusterState,
@@ -398,19 +297,24 @@ def _time_decayed_weights(snapshot: Snapshot, queues: dict[str, QueueState]) -> 
     return decayed_weights(roots, snapshot.usage, factors)
 
 
-def _divide_fair_shares(session: Session, gpu_weights: dict[str, float]) -> None:
+def _divide_fair_shares(
+    session: Session,
+    gpu_weights: dict[str, float],
+    demand: Demand | None,
+    changed: list[WorkloadState],
+) -> None:
     """Add up what each queue's work requests and divide the cluster into fair shares
-    (the GPU surplus by `gpu_weights` where given)."""
-    for ws in session.workloads:
-        request = ws.demand
-        if request is None:
-            request = ws.demand = session.request_of(ws, range(len(ws.tasks)))
-        gpu, cpu, memory = request
-        for queue in ws.queue.path:
-            requested = queue.requested
-            requested[GPU] += gpu
-            requested[CPU] += cpu
-            requested[MEMORY] += memory
+    (the GPU surplus by `gpu_weights` where given). With the exact sums of a kept state
+    (`demand`), only the `changed` workloads' demands are worked out and counted."""
+    for ws in session.workloads if demand is None else changed:
+        if ws.demand is None:
+            ws.demand = session.request_of(ws, range(len(ws.tasks)))
+        if demand is not None:
+            demand.count(ws)
+    if demand is None:
+        add_up(session.workloads, session.queues.values())
+    else:
+        demand.set_requested(session.queues.values())
     capacity = [0.0, 0.0, 0.0]
     for node in session.state.nodes:
         if node.node.schedulable:

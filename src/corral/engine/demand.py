@@ -1,0 +1,97 @@
+"""What each queue's work requests (GPU, CPU and memory), summed exactly.
+
+Fair shares are divided by these totals. Added up in floating point, a total would
+depend on the order of its terms; a Scheduler that keeps its state from cycle to cycle
+adds and takes off terms as work comes and goes, in another order than a cycle loading
+the same work afresh. So totals are the exact sums of their terms, rounded once: afresh
+with `math.fsum`, and kept up as integers in units of the smallest float, 2**-1074. Both
+round the same exact sum correctly, so they agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from corral.engine.kinds import CPU, GPU, MEMORY
+from corral.engine.state import QueueState, WorkloadState
+
+# Every finite float is a whole number of these units.
+_SHIFT = 1074
+_UNIT = 1 << _SHIFT
+
+
+def _exact(value: float) -> int:
+    """`value` in units of 2**-1074, exactly."""
+    numerator, denominator = value.as_integer_ratio()
+    return numerator << (_SHIFT + 1 - denominator.bit_length())
+
+
+def add_up(workloads: Iterable[WorkloadState], queues: Iterable[QueueState]) -> None:
+    """Set each queue's `requested` to the exact sum of its workloads' demands (every
+    workload's `demand` known), its descendants' included."""
+    terms: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    for ws in workloads:
+        gpu, cpu, memory = ws.demand or (0.0, 0.0, 0.0)
+        for queue in ws.queue.path:
+            found = terms.get(queue.name)
+            if found is None:
+                found = terms[queue.name] = ([], [], [])
+            found[GPU].append(gpu)
+            found[CPU].append(cpu)
+            found[MEMORY].append(memory)
+    for queue in queues:
+        found = terms.get(queue.name)
+        if found is not None:
+            queue.requested[:] = [
+                math.fsum(found[GPU]),
+                math.fsum(found[CPU]),
+                math.fsum(found[MEMORY]),
+            ]
+
+
+class Demand:
+    """The exact sums of the demands of each leaf queue's workloads, kept up as workloads
+    are counted and taken off (a workload is counted with its `demand` as it is then)."""
+
+    def __init__(self, workloads: Iterable[WorkloadState]) -> None:
+        self._sums: dict[QueueState, list[int]] = {}
+        for ws in workloads:
+            self.count(ws)
+
+    def count(self, ws: WorkloadState) -> None:
+        """Add a workload's demand (which must be known) to its queue's sums."""
+        self._change(ws, 1)
+
+    def take_off(self, ws: WorkloadState) -> None:
+        """Take off a counted workload's demand (as it was counted: call before changing it)."""
+        self._change(ws, -1)
+
+    def _change(self, ws: WorkloadState, sign: int) -> None:
+        assert ws.demand is not None
+        sums = self._sums.get(ws.queue)
+        if sums is None:
+            sums = self._sums[ws.queue] = [0, 0, 0]
+        gpu, cpu, memory = ws.demand
+        sums[GPU] += sign * _exact(gpu)
+        sums[CPU] += sign * _exact(cpu)
+        sums[MEMORY] += sign * _exact(memory)
+
+    def set_requested(self, queues: Iterable[QueueState]) -> None:
+        """Set each queue's `requested` from the sums of the leaves under it."""
+        totals: dict[str, list[int]] = {}
+        for leaf, sums in self._sums.items():
+            for queue in leaf.path:
+                total = totals.get(queue.name)
+                if total is None:
+                    totals[queue.name] = list(sums)
+                else:
+                    total[GPU] += sums[GPU]
+                    total[CPU] += sums[CPU]
+                    total[MEMORY] += sums[MEMORY]
+        for queue in queues:
+            total = totals.get(queue.name)
+            if total is None:
+                queue.requested[:] = (0.0, 0.0, 0.0)
+            else:
+                queue.requested[:] = [total[GPU] / _UNIT, total[CPU] / _UNIT, total[MEMORY] / _UNIT]

@@ -1,0 +1,68 @@
+"""Queue demands summed exactly: kept up as work comes and goes, they equal the sums made
+afresh bit for bit, whatever the order (in floating point they would not)."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral.engine.demand import Demand, add_up
+from corral.engine.state import QueueState, WorkloadState
+from corral.model import Queue, TaskGroup, Workload
+
+amounts = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)
+demands = st.lists(st.tuples(amounts, amounts, amounts), max_size=30)
+
+
+def workloads(queue: QueueState, requests: list[tuple[float, float, float]]) -> list[WorkloadState]:
+    found = []
+    for index, request in enumerate(requests):
+        ws = WorkloadState(Workload(f"w{index}", queue.name, (TaskGroup(),)), queue, [])
+        ws.demand = request
+        found.append(ws)
+    return found
+
+
+def tree() -> tuple[QueueState, QueueState]:
+    parent, leaf = QueueState(Queue("dept"), 0), QueueState(Queue("team", parent="dept"), 1)
+    leaf.parent = parent
+    parent.children.append(leaf)
+    parent.path.append(parent)
+    leaf.path.extend((leaf, parent))
+    return parent, leaf
+
+
+@given(demands, demands, st.randoms(use_true_random=False))
+def test_kept_sums_equal_fresh_ones(
+    kept: list[tuple[float, float, float]],
+    gone: list[tuple[float, float, float]],
+    rng: random.Random,
+) -> None:
+    parent, leaf = tree()
+    staying = workloads(leaf, kept)
+    leaving = workloads(leaf, gone)
+    # Counted in one order, with work that then goes, taken off in another.
+    mixed = staying + leaving
+    rng.shuffle(mixed)
+    demand = Demand(mixed)
+    rng.shuffle(leaving)
+    for ws in leaving:
+        demand.take_off(ws)
+    demand.set_requested((parent, leaf))
+    kept_totals = (list(parent.requested), list(leaf.requested))
+
+    parent.requested[:] = leaf.requested[:] = [0.0, 0.0, 0.0]
+    add_up(staying, (parent, leaf))
+    assert kept_totals == (parent.requested, leaf.requested)
+
+
+def test_a_total_is_the_exact_sum_rounded_once() -> None:
+    # 0.1 + 0.2 + 0.3 is 0.6000000000000001 added left to right; the exact sum of the three
+    # floats rounds to 0.6.
+    _, leaf = tree()
+    demand = Demand(workloads(leaf, [(0.1, 0.0, 0.0), (0.2, 0.0, 0.0), (0.3, 0.0, 0.0)]))
+    demand.set_requested((leaf,))
+    assert 0.1 + 0.2 + 0.3 != 0.6
+    assert leaf.requested[0] == 0.6

@@ -5,10 +5,11 @@ job exactly as a run that shows every cycle all of its pending work."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from corral.model import PRIORITY_CLASSES, TaskGroup
@@ -74,7 +75,11 @@ def loads(draw: st.DrawFn) -> tuple[ProjectLoad, ...]:
     return tuple(projects)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("CORRAL_SIM_EXAMPLES", "30")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     projects=loads(),
     seed=st.integers(0, 2**16),
@@ -91,7 +96,9 @@ def test_corral_runs_alike_with_and_without_shortcuts(
     cluster = Cluster("random", uniform_nodes(8 * nodes), project_queues(quotas))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(simulator, "_SHOWN_PER_QUEUE", shown)
-        fast, _ = outcomes("corral", trace, cluster, True)
+        fast, simulation = outcomes("corral", trace, cluster, True)
+    event("work hidden" if simulation.hidden else "nothing hidden")
+    event("a cycle run again" if simulation.rechecks else "no cycle run again")
     slow, _ = outcomes("corral", trace, cluster, False)
     assert fast == slow
 

@@ -354,8 +354,12 @@ class CycleGate:
         - it cannot reclaim: its queue would exceed its fair share with it (checked
           afterwards, with what the cycle placed), or no other queue holds its fair share
           or more, so none may give (nothing else changes their totals);
-        - hiding it leaves every fair share as it is (its queue's demand stays above its
-          share), and it is plain, so no CPU or memory total changes either."""
+        - it is plain, so hiding it changes no CPU or memory total.
+        Hiding lowers the demand of its queue alone: that queue's fair share may fall, the
+        others' only rise. No queue that holds less than its fair share as things are
+        holds more in the cycle; a shown workload that would reclaim with the full share
+        fits the room under it, which the check afterwards catches, and the cycle runs
+        again whole."""
         if not self.trimmable or self.reserving or totals.odd:
             return None
         if "preempt" in self.actions:
@@ -374,10 +378,6 @@ class CycleGate:
             and other is not totals
             and other.alloc[0] > shares[other.name][0] - _SLACK
         ]
-        shown_names = set(shown)
-        hidden_gpus = sum(entry[3] for entry in totals.waiting if entry[2] not in shown_names)
-        if not self._same_shares(totals, hidden_gpus, shares):
-            return None
         share_room = shares[totals.name][0] - totals.alloc[0] if gave else None
         smallest = min(gpus for gpus, _, _ in totals.pending)
         return Selection(
@@ -388,20 +388,6 @@ class CycleGate:
             evicting=True,
             share_room=share_room,
         )
-
-    def _same_shares(
-        self, totals: _QueueTotals, hidden_gpus: float, shares: Mapping[str, list[float]]
-    ) -> bool:
-        """Whether the fair shares stay as `shares` with `hidden_gpus` less demand of GPUs
-        in the queue of `totals`."""
-        for level in totals.path:
-            level.requested[0] -= hidden_gpus
-        try:
-            trimmed = divide_tree(self.roots, self.capacity, self.gpu_weights)
-        finally:
-            for level in totals.path:
-                level.requested[0] += hidden_gpus
-        return trimmed == shares
 
     def _enough(self, totals: _QueueTotals, lone: bool, most: int) -> tuple[list[str], bool]:
         """A queue's first pending workloads that could fit: enough to ask for all the room

@@ -323,7 +323,10 @@ def _divide_fair_shares(
             capacity[MEMORY] += node.node.memory
     roots = [queue for queue in session.queues.values() if queue.parent is None]
     for name, share in divide_tree(roots, capacity, gpu_weights).items():
-        session.queues[name].set_fair_share(share)
+        queue = session.queues[name]
+        # A kept queue whose share is unchanged has its allotment already.
+        if queue.fair_share != share:
+            queue.set_fair_share(share)
 
 
 # -- results -------------------------------------------------------------------------

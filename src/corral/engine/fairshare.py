@@ -138,8 +138,8 @@ def divide_tree(
     """Fair shares of GPU, CPU and memory by queue name: `amounts` divided among
     `siblings`, then each one's share among its children, level by level. A queue in
     `gpu_weights` divides the GPU surplus by that weight instead of its own."""
-    shares: dict[str, list[float]] = {queue.name: [0.0, 0.0, 0.0] for queue in siblings}
     priorities = [queue.priority for queue in siblings]
+    by_resource: list[list[float]] = []
     for resource in DIMENSIONS:
         deserved = [queue.deserved[resource] for queue in siblings]
         # Each demand capped by its limit (as min() does it, a builtin call per queue).
@@ -161,8 +161,11 @@ def divide_tree(
                 for queue in siblings
             ]
             divided = _divide(amounts[resource], deserved, caps, weights, priorities)
-        for queue, share in zip(siblings, divided, strict=True):
-            shares[queue.name][resource] = share
+        by_resource.append(divided)
+    shares = {
+        queue.name: [gpu, cpu, memory]
+        for queue, gpu, cpu, memory in zip(siblings, *by_resource, strict=True)
+    }
     for queue in siblings:
         if queue.children:
             shares.update(divide_tree(queue.children, shares[queue.name], gpu_weights))

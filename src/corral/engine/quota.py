@@ -125,9 +125,11 @@ def over_fair_share(
 ) -> bool:
     """Whether a queue holds more than its fair share of a resource `request` asks for
     (by default, of any resource)."""
-    return any(
-        request[resource] > EPSILON and alloc[resource] > fair_share[resource] + slack
-        for resource in DIMENSIONS
+    # Written out for the three resources: it is asked for every queue, many times a cycle.
+    return (
+        (request[GPU] > EPSILON and alloc[GPU] > fair_share[GPU] + slack)
+        or (request[CPU] > EPSILON and alloc[CPU] > fair_share[CPU] + slack)
+        or (request[MEMORY] > EPSILON and alloc[MEMORY] > fair_share[MEMORY] + slack)
     )
 
 
@@ -167,11 +169,22 @@ def above_deserved_at_share(
 ) -> bool:
     """Whether a queue holds more than its deserved quota of a resource `request` asks
     for while holding at least its fair share of it."""
-    return any(
-        request[resource] > EPSILON
-        and alloc[resource] > deserved[resource] + EPSILON
-        and alloc[resource] >= fair_share[resource] - EPSILON
-        for resource in DIMENSIONS
+    return (
+        (
+            request[GPU] > EPSILON
+            and alloc[GPU] > deserved[GPU] + EPSILON
+            and alloc[GPU] >= fair_share[GPU] - EPSILON
+        )
+        or (
+            request[CPU] > EPSILON
+            and alloc[CPU] > deserved[CPU] + EPSILON
+            and alloc[CPU] >= fair_share[CPU] - EPSILON
+        )
+        or (
+            request[MEMORY] > EPSILON
+            and alloc[MEMORY] > deserved[MEMORY] + EPSILON
+            and alloc[MEMORY] >= fair_share[MEMORY] - EPSILON
+        )
     )
 
 

@@ -4,7 +4,7 @@ makes, with numbers worked by hand."""
 import pytest
 
 from corral.engine import schedule
-from corral.engine.fragmentation import Fragmentation, shapes_of
+from corral.engine.fragmentation import Fragmentation, NodeClasses, shapes_of
 from corral.model import (
     Node,
     Placement,
@@ -108,7 +108,7 @@ def test_stranded_gpus_by_hand() -> None:
         [(job("a", 1, cpu=10), 1), (job("c", 0.5, cpu=2), 2), (job("d", 0, cpu=2), 1)],
         node.gpu_memory,
     )
-    model = Fragmentation([node], shapes)
+    model = Fragmentation(NodeClasses([node]), shapes)
     # 2.9 GPUs free; 14 cores serve 2 of them.
     assert model.stranded(0, (1.0, 1.0, 0.6, 0.3), 14.0) == pytest.approx(0.9)
     assert model.stranded(0, (1.0, 1.0, 0.6, 0.3), 21.0) == 0.0
@@ -126,7 +126,7 @@ def test_less_stranding_is_no_gain_where_a_shape_is_bound_by_its_selector() -> N
     # cores: stranded 0.2, and the 10-core shapes fit no more (usable 2 -> 0).
     node = Node("p", gpus=2, cpu=10, gpu_model="P100")
     anywhere = shapes_of([(job("a", 1, cpu=10), 2)], node.gpu_memory)
-    model = Fragmentation([node], anywhere)
+    model = Fragmentation(NodeClasses([node]), anywhere)
     # Only shapes that fit anywhere: the 0.8 GPU no longer stranded counts as a gain.
     assert model.change(0, [0.0, 0.0], 10.0, (0,), 1.0, 2.0) == pytest.approx(2 - 0.8 - 1)
     # Half of the tasks may use only P100s: the node's GPUs are theirs to keep, and
@@ -135,7 +135,7 @@ def test_less_stranding_is_no_gain_where_a_shape_is_bound_by_its_selector() -> N
         [(job("a", 1, cpu=10), 1), (job("b", 1, cpu=10, models=("P100",)), 1)],
         node.gpu_memory,
     )
-    model = Fragmentation([node], bound)
+    model = Fragmentation(NodeClasses([node]), bound)
     assert model.change(0, [0.0, 0.0], 10.0, (0,), 1.0, 2.0) == pytest.approx(2 - 1)
 
 
@@ -155,7 +155,7 @@ def test_usable_capacity_by_hand() -> None:
         [(job("a", 1, cpu=8), 2), (job("c", 0.5, cpu=4), 1), (job("d", 0, cpu=2), 1)],
         node.gpu_memory,
     )
-    model = Fragmentation([node], shapes)
+    model = Fragmentation(NodeClasses([node]), shapes)
     # Free shares 1, 1, 0.6, 0.3 and 16 CPU: the 1-GPU shape uses the 2 free devices,
     # the 0.5 shape the devices with at least 0.5 free (1 + 1 + 0.6); weights 2/4, 1/4.
     assert model.usable((0, (1.0, 1.0, 0.6, 0.3), 16.0)) == pytest.approx(0.5 * 2 + 0.25 * 2.6)

@@ -278,9 +278,9 @@ def _index(
     returns the fragmentation model."""
     shapes = shapes_of(snapshot.hidden, max_memory)
     shapes.update(workload_shapes)
-    fragmentation = Fragmentation(snapshot.nodes, shapes)
+    fragmentation = Fragmentation(state.classes, shapes)
     state.journal.clear()
-    if state.set_kinds(fragmentation.kind_of) or fresh:
+    if state.set_kinds(fragmentation.kind_of_class) or fresh:
         state.index()
     else:
         state.settle()

@@ -75,17 +75,45 @@ def _nominal(group: TaskGroup, max_device_memory: int) -> float:
     return group.gpu
 
 
+class NodeClasses:
+    """A cluster's nodes grouped by all that the model reads of them (devices, device
+    memory, CPU, memory, GPU model, labels), the groups in the order each first appears
+    among the nodes. Worked out once for a set of nodes, so that each cycle's model
+    looks at a group once rather than at every node of it."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        numbers: dict[tuple[object, ...], int] = {}
+        # One node of each group, and each node's group by name.
+        self.first: list[Node] = []
+        self.of: dict[str, int] = {}
+        for node in nodes:
+            key = (
+                node.gpus,
+                node.gpu_memory,
+                node.cpu,
+                node.memory,
+                node.gpu_model,
+                tuple(sorted(node.labels.items())),
+            )
+            number = numbers.get(key)
+            if number is None:
+                number = numbers[key] = len(self.first)
+                self.first.append(node)
+            self.of[node.name] = number
+
+
 class Fragmentation:
     """The expected-fragmentation model of one cycle: kinds of node and the shapes each
     kind can host."""
 
-    def __init__(self, nodes: Sequence[Node], shapes: Mapping[Shape, float]) -> None:
+    def __init__(self, classes: NodeClasses, shapes: Mapping[Shape, float]) -> None:
         # Heaviest shapes first; ties in shape order, so the choice is deterministic.
         ranked = sorted(shapes.items(), key=lambda item: (-item[1], item[0]))[:MAX_SHAPES]
         total = float(sum(weight for _, weight in ranked)) or 1.0
         gpu_shapes = [(shape, weight / total) for shape, weight in ranked if shape[0]]
-        # Nodes of one kind have the same capacity and host the same shapes.
-        self.kind_of: dict[str, int] = {}
+        # Nodes of one kind have the same capacity and host the same shapes: the kind of
+        # each group of NodeClasses.
+        self.kind_of_class: list[int] = []
         kinds: dict[tuple[object, ...], int] = {}
         self._whole: list[list[tuple[int, float, float]]] = []
         self._fraction: list[list[tuple[float, float, float]]] = []
@@ -95,7 +123,7 @@ class Fragmentation:
         # Which shapes a node hosts depends only on its labels that selectors name.
         named = sorted({key for shape, _ in gpu_shapes for key, _ in shape[2]})
         hosted_by: dict[tuple[str | None, ...], tuple[int, ...]] = {}
-        for node in nodes:
+        for node in classes.first:
             labels = tuple(node.label(key) for key in named)
             hosts = hosted_by.get(labels)
             if hosts is None:
@@ -122,7 +150,7 @@ class Fragmentation:
                         any(s[2] for s, _ in hosted),
                     )
                 )
-            self.kind_of[node.name] = number
+            self.kind_of_class.append(number)
         self._usable: dict[NodeKey, float] = {}
         self._changes: dict[
             tuple[int, tuple[float, ...], float, tuple[int, ...], float, float], float

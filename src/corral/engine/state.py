@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from corral.engine.fragmentation import Shape
+from corral.engine.fragmentation import NodeClasses, Shape
 from corral.engine.kinds import CPU, GPU, MEMORY, Request
 from corral.model import Node, Placement, Queue, QueueStatus, Resources, TaskGroup, Workload
 from corral.model.resources import EPSILON
@@ -260,6 +260,11 @@ class ClusterState:
         ordered = sorted(nodes, key=lambda node: natural_key(node.name))
         self.nodes = [NodeState(index, node) for index, node in enumerate(ordered)]
         self.by_name = {state.name: state for state in self.nodes}
+        # The nodes grouped as the fragmentation model sees them, each node's group, and
+        # the kind of each group as last set.
+        self.classes = NodeClasses(nodes)
+        self._class_of = [self.classes.of[state.name] for state in self.nodes]
+        self._kind_of_class: list[int] | None = None
         self.queues = queues
         self.max_devices = max((node.gpus for node in ordered), default=0)
         self._kinds = 1
@@ -285,16 +290,20 @@ class ClusterState:
         self._changed_nodes: set[NodeState] = set()
         self._changed_queues: set[QueueState] = set()
 
-    def set_kinds(self, kinds: dict[str, int]) -> bool:
-        """Say which nodes are alike (see NodeState.kind). Returns whether any node's kind
-        changed: the indices must then be built again (`index()`)."""
+    def set_kinds(self, kind_of_class: list[int]) -> bool:
+        """Say which nodes are alike (see NodeState.kind): the kind of each group of
+        `classes`. Returns whether any node's kind changed: the indices must then be
+        built again (`index()`)."""
+        if kind_of_class == self._kind_of_class:
+            return False
+        self._kind_of_class = list(kind_of_class)
         changed = False
         for node in self.nodes:
-            kind = kinds.get(node.name, 0)
+            kind = kind_of_class[self._class_of[node.index]]
             if node.kind != kind:
                 node.kind = kind
                 changed = True
-        self._kinds = max(kinds.values(), default=0) + 1
+        self._kinds = max(kind_of_class, default=0) + 1
         return changed
 
     def load(self, workload: WorkloadState, placement: Placement) -> None:

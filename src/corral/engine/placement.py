@@ -11,11 +11,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from corral.engine.fragmentation import Fragmentation
-from corral.engine.state import ClusterState, NodeState, WorkloadState, natural_key
+from corral.engine.state import Allowed, ClusterState, NodeState, WorkloadState, natural_key
 from corral.model import Placement, SchedulerConfig, TaskGroup
 from corral.model.resources import EPSILON, format_gpus, format_memory, plural_gpus
-
-Allowed = frozenset[int] | None
 
 
 def _round_share(value: float) -> float:
@@ -74,9 +72,11 @@ class Placer:
         # Fragmentation-aware placement refines binpack with packed fractions.
         self.fragmentation = fragmentation if self.binpack and self.pack_fractions else None
         self._kinds_for: dict[Allowed, list[int]] = {}
-        self._eligible: dict[tuple[tuple[str, tuple[str, ...]], ...], frozenset[int]] = {}
-        self._largest_cache: dict[Allowed, tuple[int, int, float, int] | None] = {}
-        self._bucket_cache: dict[tuple[int, int, float, int, Allowed], tuple[int, list[int]]] = {}
+        # What depends only on the nodes, or is kept until a bucket changes, lives as long
+        # as the state (a Scheduler keeps it from cycle to cycle).
+        self._eligible = state.caches.eligible
+        self._largest_cache = state.caches.largest
+        self._bucket_cache = state.caches.buckets
         self._max_device_memory = max(
             (node.node.gpu_memory for node in state.nodes if node.node.gpus), default=0
         )

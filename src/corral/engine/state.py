@@ -247,6 +247,24 @@ class Candidate:
         return self.workload.alike_kind() is other.workload.alike_kind()
 
 
+Allowed = frozenset[int] | None
+
+
+@dataclass(slots=True)
+class PlacementCaches:
+    """What placement works out and keeps as long as the state: the schedulable nodes a
+    node selector matches; the largest node among allowed ones; and what each bucket
+    offers a task, with the bucket's stamp it was read at (see `ClusterState`)."""
+
+    eligible: dict[tuple[tuple[str, tuple[str, ...]], ...], frozenset[int]] = field(
+        default_factory=dict
+    )
+    largest: dict[Allowed, tuple[int, int, float, int] | None] = field(default_factory=dict)
+    buckets: dict[tuple[int, int, float, int, Allowed], tuple[int, list[int]]] = field(
+        default_factory=dict
+    )
+
+
 _BIND = 0
 _UNBIND = 1
 
@@ -265,6 +283,7 @@ class ClusterState:
         self.classes = NodeClasses(nodes)
         self._class_of = [self.classes.of[state.name] for state in self.nodes]
         self._kind_of_class: list[int] | None = None
+        self.caches = PlacementCaches()
         self.queues = queues
         self.max_devices = max((node.gpus for node in ordered), default=0)
         self._kinds = 1

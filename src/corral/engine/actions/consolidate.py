@@ -8,10 +8,10 @@ import math
 from collections.abc import Callable
 
 from corral.engine.kinds import GPU
-from corral.engine.placement import Allowed, Failure
+from corral.engine.placement import Failure
 from corral.engine.quota import quota_block, within_quota
 from corral.engine.session import Session
-from corral.engine.state import Candidate, WorkloadState, natural_key
+from corral.engine.state import Allowed, Candidate, WorkloadState, natural_key
 from corral.model import Placement
 from corral.model.resources import EPSILON
 

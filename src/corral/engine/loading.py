@@ -55,20 +55,22 @@ def load_workloads(
     loaded: dict[str, WorkloadState] = {}
     for workload in sorted(snapshot.workloads, key=_SUBMITTED):
         name = workload.name
+        ws = previous.pop(name, None)
+        if ws is not None:
+            unchanged = not ws.started and len(ws.running) == len(ws.original)
+            if ws.workload is workload and unchanged and len(ws.running) < 2:
+                # Given as last time (in a leaf queue then, and the queues are the same),
+                # and the last cycle left it as it was (with one task or none, so in the
+                # same order too): the common case, kept cheap.
+                ws.reason = None
+                loaded[name] = ws
+                continue
         queue = leaves.get(workload.queue)
         if queue is None:
             raise SnapshotError(f"workload {name}: {workload.queue!r} is not a leaf queue")
         if name in loaded:
             raise SnapshotError(f"workload {name}: listed twice")
-        ws = previous.pop(name, None)
         if ws is not None:
-            unchanged = not ws.started and len(ws.running) == len(ws.original)
-            if ws.workload is workload and unchanged and len(ws.running) < 2:
-                # Given as last time, and the last cycle left it as it was (with one task
-                # or none, so in the same order too): the common case, kept cheap.
-                ws.reason = None
-                loaded[name] = ws
-                continue
             if _runs_as(ws, workload):
                 if not unchanged:
                     # It started or shrank: its demand is worked out again.

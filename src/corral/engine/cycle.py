@@ -31,6 +31,7 @@ from corral.engine.session import Session
 from corral.engine.state import ClusterState, QueueState, WorkloadState, as_resources
 from corral.model import (
     Decisions,
+    Placement,
     QueueCycle,
     QueueStatus,
     Reservation,
@@ -337,16 +338,19 @@ def _decisions(
 ) -> Decisions:
     """What the cycle decided: tasks started, evictions, pending reasons, queue totals
     (with the time-decayed weights, where that policy is on)."""
-    bindings = {
-        ws.name: tuple(ws.started[task] for task in sorted(ws.started))
-        for ws in session.workloads
-        if ws.started
-    }
+    bindings: dict[str, tuple[Placement, ...]] = {}
     pending: dict[str, str] = {}
+    evicted = session.evicted
     for ws in session.workloads:
-        if not ws.running:
-            evicted = session.evicted.get(ws.name)
-            pending[ws.name] = evicted or ws.reason or "not considered this cycle"
+        started = ws.started
+        if started:
+            if len(started) == 1:
+                bindings[ws.name] = tuple(started.values())
+            else:
+                bindings[ws.name] = tuple(started[task] for task in sorted(started))
+        elif not ws.running:
+            name = ws.workload.name
+            pending[name] = evicted.get(name) or ws.reason or "not considered this cycle"
     queues = {name: _status(queue, weights, usage) for name, queue in session.queues.items()}
     reservations: dict[str, Reservation] = {}
     if session.reservations is not None:

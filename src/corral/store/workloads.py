@@ -7,7 +7,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, exists, insert, or_, select
+from sqlalchemy import Table, bindparam, exists, insert, or_, select
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from corral.model.spec import WorkloadSpec
@@ -23,6 +23,20 @@ from corral.store.schema import PlacementRow, QueueRow, SecretRow, TaskGroupRow,
 # The tables, for statements that write many rows at once without the ORM.
 WORKLOADS = cast(Table, WorkloadRow.__table__)
 _TASK_GROUPS = cast(Table, TaskGroupRow.__table__)
+
+# A submission's checks, made once: building them (an alias above all) cost more than
+# running them. Each project's queue, and whether it has queues below it (a department).
+_CHILD = aliased(QueueRow)
+_QUEUES = select(QueueRow.name, QueueRow.id, exists().where(_CHILD.parent_id == QueueRow.id)).where(
+    QueueRow.name.in_(bindparam("projects", expanding=True))
+)
+# The workloads and arrays that hold one of the names.
+_CLAIMED = select(WorkloadRow.name, WorkloadRow.array_name).where(
+    or_(
+        WorkloadRow.name.in_(bindparam("names", expanding=True)),
+        WorkloadRow.array_name.in_(bindparam("names", expanding=True)),
+    )
+)
 
 
 def workload_row(session: Session, name: str) -> WorkloadRow:
@@ -165,16 +179,12 @@ def _check_submissions(
 ) -> list[tuple[Submission, int]]:
     """The submissions that pass every check, with their queue's id; the others get their
     error (raised at once when `atomic`)."""
-    projects = {item.spec.project for item in batch}
-    # Each project's queue, and whether it has queues below it (a department). One
-    # statement each for queues and names: a submission alone pays every one of them.
-    child = aliased(QueueRow)
-    has_children = exists().where(child.parent_id == QueueRow.id)
+    connection = session.connection()
+    # One statement each for queues and names: a submission alone pays every one of them.
     queues: dict[str, int] = {}
     departments: set[int] = set()
-    for name, queue_id, parent in session.execute(
-        select(QueueRow.name, QueueRow.id, has_children).where(QueueRow.name.in_(projects))
-    ):
+    projects = list({item.spec.project for item in batch})
+    for name, queue_id, parent in connection.execute(_QUEUES, {"projects": projects}):
         queues[name] = queue_id
         if parent:
             departments.add(queue_id)
@@ -185,11 +195,7 @@ def _check_submissions(
     grouped = names | arrays
     existing: set[str] = set()
     claimed: set[str] = set()
-    for name, array in session.execute(
-        select(WorkloadRow.name, WorkloadRow.array_name).where(
-            or_(WorkloadRow.name.in_(grouped), WorkloadRow.array_name.in_(grouped))
-        )
-    ):
+    for name, array in connection.execute(_CLAIMED, {"names": list(grouped)}):
         if name in names:
             existing.add(name)
         if name in arrays:

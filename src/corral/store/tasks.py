@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, Select, select
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Placement, TaskGroup
@@ -19,8 +19,12 @@ from corral.store.workloads import WORKLOADS
 
 def task_groups(session: Session, where: tuple[Any, ...]) -> dict[int, list[TaskGroup]]:
     """The task groups of the workloads that pass `where`, by workload id, in order."""
-    groups: dict[int, list[TaskGroup]] = {}
-    for g in session.execute(
+    return group_rows(session.connection().execute(task_groups_query(*where)))
+
+
+def task_groups_query(*where: Any) -> Select[*tuple[Any, ...]]:
+    """The select of the task groups of the workloads that pass `where`, for `group_rows`."""
+    return (
         select(
             TaskGroupRow.workload_id,
             TaskGroupRow.name,
@@ -33,7 +37,13 @@ def task_groups(session: Session, where: tuple[Any, ...]) -> dict[int, list[Task
         .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
         .where(*where)
         .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
-    ):
+    )
+
+
+def group_rows(rows: Iterable[Row[*tuple[Any, ...]]]) -> dict[int, list[TaskGroup]]:
+    """The rows of `task_groups_query` as task groups, by workload id, in order."""
+    groups: dict[int, list[TaskGroup]] = {}
+    for g in rows:
         groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
     return groups
 

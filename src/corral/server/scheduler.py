@@ -42,8 +42,11 @@ OPTIMISTIC_ATTEMPTS = 2
 # Cycles may take this share of the time on average (the API and the agents' reports
 # need the interpreter too), and save up at most BUDGET_SECONDS of cycle time while quiet.
 # A cycle's time is the CPU time of the thread that runs it: waiting for a commit to
-# reach the disk leaves the interpreter to the others.
-CYCLE_SHARE = 1 / 3
+# reach the disk leaves the interpreter to the others. Under a stream of submissions the
+# cycles spend all of it (much of a cycle's cost is the running work it carries over,
+# however few it binds), so the share is what the stream costs the API; cycles that wait
+# longer bind more each.
+CYCLE_SHARE = 1 / 5
 BUDGET_SECONDS = 0.25
 # A quiet cluster still gets a cycle this often.
 IDLE_CYCLE_SECONDS = 30.0

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, Select, and_, bindparam, case, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from corral.model import Decisions, Node, Placement, Snapshot, Topology, Workload
+from corral.model import Decisions, Node, Placement, Snapshot, TaskGroup, Topology, Workload
 from corral.model.durations import lost_work_phrase
 from corral.store.convert import queue_from_row
 from corral.store.events import add_event, add_events, event_values
@@ -212,35 +212,64 @@ def active_workloads(
     newest: int = rows[-1].id
     rows = _within_array_limits(connection, rows)
     span = {**given, "up_to": newest}
-    groups = group_rows(connection.execute(reads.groups, span))
-    placed, started = _placements(connection.execute(reads.placements, span))
+    # Fetched whole, not row by row (fetchone a row): a full read has one for every task.
+    groups = group_rows(connection.execute(reads.groups, span).all())
+    placed, started = _placements(connection.execute(reads.placements, span).all())
     now = time.time()
-    workloads = tuple(
-        Workload(
-            name=w.name,
-            queue=w.queue,
-            task_groups=tuple(groups.get(w.id, ())),
-            priority=w.priority,
-            preemptible=w.preemptible,
-            min_available=w.min_available,
-            node_selector={k: tuple(v) for k, v in w.node_selector.items()},
-            topology=(Topology(w.topology_key, w.topology_required) if w.topology_key else None),
-            node_pools=tuple(w.node_pools or ()),
-            submitted=float(w.id),
-            placements=tuple(placed.get(w.id, ())),
-            idle=w.name in idle,
-            # For min-runtime: since its running tasks were bound (a restart starts anew).
-            running_for=max(now - started[w.id], 0.0) if w.id in started else None,
-            since_checkpoint=_since_checkpoint(now, started.get(w.id), w.checkpoint_at),
-            max_runtime=w.max_runtime,
-            # For reservations: since it last became pending.
-            waiting_for=None
-            if w.status != "pending"
-            else max(now - (w.pending_since or w.created_at), 0.0),
-        )
-        for w in rows
-    )
+    workloads = tuple(_workload(row, groups, placed, started, idle, now) for row in rows)
     return workloads, newest
+
+
+def _workload(
+    row: Row[*tuple[Any, ...]],
+    groups: dict[int, list[TaskGroup]],
+    placed: dict[int, list[Placement]],
+    started: dict[int, float],
+    idle: set[str],
+    now: float,
+) -> Workload:
+    """A row of `_Reads.workloads` as the engine reads it. The row is unpacked, not read
+    by column names: that cost ten times as much (5 us a row, 50 ms of a full read of
+    10,000 workloads)."""
+    (
+        id_,
+        name,
+        status,
+        _,
+        _,
+        queue,
+        priority,
+        preemptible,
+        min_available,
+        node_selector,
+        node_pools,
+        topology_key,
+        topology_required,
+        checkpoint_at,
+        max_runtime,
+        created_at,
+        pending_since,
+    ) = row
+    return Workload(
+        name=name,
+        queue=queue,
+        task_groups=tuple(groups.get(id_, ())),
+        priority=priority,
+        preemptible=preemptible,
+        min_available=min_available,
+        node_selector={k: tuple(v) for k, v in node_selector.items()},
+        topology=(Topology(topology_key, topology_required) if topology_key else None),
+        node_pools=tuple(node_pools or ()),
+        submitted=float(id_),
+        placements=tuple(placed.get(id_, ())),
+        idle=name in idle,
+        # For min-runtime: since its running tasks were bound (a restart starts anew).
+        running_for=max(now - started[id_], 0.0) if id_ in started else None,
+        since_checkpoint=_since_checkpoint(now, started.get(id_), checkpoint_at),
+        max_runtime=max_runtime,
+        # For reservations: since it last became pending.
+        waiting_for=None if status != "pending" else max(now - (pending_since or created_at), 0.0),
+    )
 
 
 def _since_checkpoint(now: float, started: float | None, checkpoint: float | None) -> float | None:
@@ -253,12 +282,15 @@ def _since_checkpoint(now: float, started: float | None, checkpoint: float | Non
     return max(now - since, 0.0)
 
 
-def _within_array_limits(connection: Connection, rows: Sequence[Row[Any]]) -> list[Row[Any]]:
+def _within_array_limits(
+    connection: Connection, rows: Sequence[Row[*tuple[Any, ...]]]
+) -> list[Row[*tuple[Any, ...]]]:
     """The rows less the pending members of arrays beyond their running limit: of an
     array with limit k and r members running, only its first k - r pending members (by
     index, which is by id) are offered to the engine. The same rule on a full read and
     on the workloads read since (`new_workloads`) gives the same snapshot."""
-    limited = {row.array_name for row in rows if row.array_limit is not None}
+    # By position (the array's name and limit), not by name: every row is looked at.
+    limited = {row[3] for row in rows if row[4] is not None}
     if not limited:
         return list(rows)
     running = dict(
@@ -287,9 +319,9 @@ def _placements(
     of them was made."""
     placed: dict[int, list[Placement]] = {}
     started: dict[int, float] = {}
-    for p in rows:
-        placed.setdefault(p[0], []).append(Placement(p[1], p[2], tuple(p[3]), p[4]))
-        started[p[0]] = min(started.get(p[0], p[5]), p[5])
+    for workload_id, task, node, devices, gpu, created_at in rows:
+        placed.setdefault(workload_id, []).append(Placement(task, node, tuple(devices), gpu))
+        started[workload_id] = min(started.get(workload_id, created_at), created_at)
     return placed, started
 
 

@@ -19,7 +19,7 @@ from corral.store.workloads import WORKLOADS
 
 def task_groups(session: Session, where: tuple[Any, ...]) -> dict[int, list[TaskGroup]]:
     """The task groups of the workloads that pass `where`, by workload id, in order."""
-    return group_rows(session.connection().execute(task_groups_query(*where)))
+    return group_rows(session.connection().execute(task_groups_query(*where)).all())
 
 
 def task_groups_query(*where: Any) -> Select[*tuple[Any, ...]]:
@@ -43,8 +43,8 @@ def task_groups_query(*where: Any) -> Select[*tuple[Any, ...]]:
 def group_rows(rows: Iterable[Row[*tuple[Any, ...]]]) -> dict[int, list[TaskGroup]]:
     """The rows of `task_groups_query` as task groups, by workload id, in order."""
     groups: dict[int, list[TaskGroup]] = {}
-    for g in rows:
-        groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
+    for workload_id, *group in rows:
+        groups.setdefault(workload_id, []).append(TaskGroup(*group))
     return groups
 
 

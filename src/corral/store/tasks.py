@@ -14,7 +14,7 @@ from corral.store.convert import spec_of
 from corral.store.events import add_event
 from corral.store.records import BoundWork, Release, TaskState, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, TaskGroupRow, WorkloadRow
-from corral.store.workloads import WORKLOADS
+from corral.store.workloads import TASK_GROUP_COLUMNS, WORKLOADS
 
 
 def task_groups(session: Session, where: tuple[Any, ...]) -> dict[int, list[TaskGroup]]:
@@ -25,15 +25,7 @@ def task_groups(session: Session, where: tuple[Any, ...]) -> dict[int, list[Task
 def task_groups_query(*where: Any) -> Select[*tuple[Any, ...]]:
     """The select of the task groups of the workloads that pass `where`, for `group_rows`."""
     return (
-        select(
-            TaskGroupRow.workload_id,
-            TaskGroupRow.name,
-            TaskGroupRow.replicas,
-            TaskGroupRow.gpu,
-            TaskGroupRow.gpu_memory,
-            TaskGroupRow.cpu,
-            TaskGroupRow.memory,
-        )
+        select(TaskGroupRow.workload_id, *TASK_GROUP_COLUMNS)
         .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
         .where(*where)
         .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)

@@ -10,19 +10,36 @@ from typing import cast
 from sqlalchemy import Table, bindparam, exists, insert, or_, select
 from sqlalchemy.orm import Session, aliased, selectinload
 
+from corral.model import Placement, TaskGroup
 from corral.model.spec import WorkloadSpec
 from corral.store.audit import AuditRecord, add_audit
 from corral.store.bulk import insert_ids
-from corral.store.convert import waiting_reason, workload_record, workload_values
+from corral.store.convert import record_of, waiting_reason, workload_record, workload_values
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
 from corral.store.idempotency import Idempotency, Replayed, find, remember
 from corral.store.records import ACTIVE, WorkloadRecord
-from corral.store.schema import PlacementRow, QueueRow, SecretRow, TaskGroupRow, WorkloadRow
+from corral.store.schema import (
+    NodeRow,
+    PlacementRow,
+    QueueRow,
+    SecretRow,
+    TaskGroupRow,
+    WorkloadRow,
+)
 
 # The tables, for statements that write many rows at once without the ORM.
 WORKLOADS = cast(Table, WorkloadRow.__table__)
 _TASK_GROUPS = cast(Table, TaskGroupRow.__table__)
+# A task group's columns in the order of `TaskGroup`'s fields.
+TASK_GROUP_COLUMNS = (
+    TaskGroupRow.name,
+    TaskGroupRow.replicas,
+    TaskGroupRow.gpu,
+    TaskGroupRow.gpu_memory,
+    TaskGroupRow.cpu,
+    TaskGroupRow.memory,
+)
 
 # A submission's checks, made once: building them (an alias above all) cost more than
 # running them. Each project's queue, and whether it has queues below it (a department).
@@ -262,10 +279,39 @@ def _secrets_held(session: Session, batch: list[Submission]) -> set[tuple[str, s
     return {(project, name) for project, name in rows}
 
 
+# A workload by name, for `get_workload`: statements made once, run on the connection
+# (clients poll a workload they wait for; the ORM's objects and lazy loads cost a read
+# four statements and about a millisecond).
+_NAMED = (
+    select(WORKLOADS, QueueRow.name.label("project"))
+    .join(QueueRow, WORKLOADS.c.queue_id == QueueRow.id)
+    .where(WORKLOADS.c.name == bindparam("name"))
+)
+_GROUPS_OF = (
+    select(*TASK_GROUP_COLUMNS)
+    .where(TaskGroupRow.workload_id == bindparam("id"))
+    .order_by(TaskGroupRow.ordinal)
+)
+_PLACEMENTS_OF = (
+    select(PlacementRow.task, NodeRow.name, PlacementRow.devices, PlacementRow.gpu)
+    .join(NodeRow, PlacementRow.node_id == NodeRow.id)
+    .where(PlacementRow.workload_id == bindparam("id"))
+    .order_by(PlacementRow.task)
+)
+
+
 def get_workload(session: Session, name: str) -> WorkloadRecord:
     """The workload; NotFound when there is none."""
-    row = workload_row(session, name)
-    return workload_record(row, row.queue.name)
+    connection = session.connection()
+    row = connection.execute(_NAMED, {"name": name}).first()
+    if row is None:
+        raise NotFound(f"workload {name!r} not found")
+    groups = tuple(TaskGroup(*g) for g in connection.execute(_GROUPS_OF, {"id": row.id}))
+    placements = tuple(
+        Placement(task, node, tuple(devices), gpu)
+        for task, node, devices, gpu in connection.execute(_PLACEMENTS_OF, {"id": row.id})
+    )
+    return record_of(row, row.project, groups, placements)
 
 
 def list_workloads_named(session: Session, names: list[str]) -> list[WorkloadRecord]:

@@ -60,7 +60,9 @@ def listen(host: str, port: int) -> socket.socket:
 
 def run_uvicorn(app: object, sock: socket.socket) -> None:
     """Serve `app` on the socket `listen` bound, until interrupted."""
-    config = uvicorn.Config(app, log_level="warning")  # type: ignore[arg-type]
+    # No access log: at level warning it was never written, but uvicorn still formatted
+    # each request's client address and path for it.
+    config = uvicorn.Config(app, log_level="warning", access_log=False)  # type: ignore[arg-type]
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -8,7 +8,7 @@ directory; for PostgreSQL a database on a server started with pgserver), creates
 and registers enough virtual 8-GPU nodes for every workload to bind, then measures:
 
 1. Submit-to-bound latency on an idle cluster: M single-GPU workloads, one at a time. Each
-   is submitted and then polled (GET every 2 ms) until it is running. Two figures: wall
+   is submitted and then polled (GET every 5 ms) until it is running. Two figures: wall
    clock, from sending the POST to the first GET that sees it running (an upper bound by
    the polling interval); and the store's own, started_at - created_at.
 2. Submissions per second from 1 client: N single-GPU workloads back to back, each POST
@@ -32,7 +32,11 @@ With --json the last line is one JSON object, per backend: `submits_per_second_1
 `submits_per_second_concurrent`, `bound_per_second_1`, `bound_per_second_concurrent`,
 `latency_p50_ms`, `latency_p99_ms`, `store_latency_p50_ms`, `store_latency_p99_ms`,
 `batch_workloads_per_second`, `batch_bound_per_second`, `cycle_seconds` (the last
-scheduling cycle, with every workload in the store), `nodes`.
+scheduling cycle, with every workload in the store), `nodes`; and, where /proc tells a
+process's CPU time (Linux), `server_cpu_ms_per_submission` (16 clients) and
+`server_cpu_us_per_batch_workload`: the server process's CPU time from a burst's first
+request to its last answer (binding meanwhile included), per workload. On a machine
+shared with other work the rates move with its load; the CPU time much less.
 """
 
 from __future__ import annotations
@@ -84,6 +88,15 @@ class Server:
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=60,
         )
+
+    def cpu_seconds(self) -> float | None:
+        """The server process's CPU time so far (user and system), or None without /proc."""
+        try:
+            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Connection:
@@ -238,9 +251,19 @@ def running_count(client: httpx.Client) -> int:
     return count
 
 
-def submit_burst(server: Server, count: int, clients: int) -> tuple[float, float]:
-    """Submit `count` workloads from `clients` threads. Returns submissions per second and
-    workloads bound per second (from the first submission until all of them run)."""
+Burst = tuple[float, float, float | None]
+
+
+def per_item(server: Server, cpu_before: float | None, count: int) -> float | None:
+    """The server's CPU seconds per item since `cpu_before`."""
+    cpu = server.cpu_seconds()
+    return None if cpu is None or cpu_before is None else (cpu - cpu_before) / count
+
+
+def submit_burst(server: Server, count: int, clients: int) -> Burst:
+    """Submit `count` workloads from `clients` threads. Returns submissions per second,
+    workloads bound per second (from the first submission until all of them run), and
+    the server's CPU seconds per submission until the last answer (None without /proc)."""
     with server.client() as client:
         before = running_count(client)
     shares = [count // clients + (1 if i < count % clients else 0) for i in range(clients)]
@@ -263,13 +286,15 @@ def submit_burst(server: Server, count: int, clients: int) -> tuple[float, float
     for thread in threads:
         thread.start()
     barrier.wait()
+    cpu = server.cpu_seconds()
     start = time.perf_counter()
     for thread in threads:
         thread.join()
     submitted = time.perf_counter() - start
+    cpu = per_item(server, cpu, count)
     if errors:
         raise RuntimeError(f"{len(errors)} submissions failed, first: {errors[0]}")
-    return count / submitted, count / (wait_bound(server, before + count) - start)
+    return count / submitted, count / (wait_bound(server, before + count) - start), cpu
 
 
 def wait_bound(server: Server, running: int) -> float:
@@ -283,25 +308,28 @@ def wait_bound(server: Server, running: int) -> float:
     return time.perf_counter()
 
 
-def submit_batches(server: Server, batches: int, size: int) -> tuple[float, float]:
+def submit_batches(server: Server, batches: int, size: int) -> Burst:
     """Submit `batches` batches of `size` workloads through POST /workloads/batch, one
-    after another from one client. Returns workloads submitted per second and workloads
-    bound per second (from the first batch until all of them run)."""
+    after another from one client. Returns workloads submitted per second, workloads
+    bound per second (from the first batch until all of them run), and the server's CPU
+    seconds per workload until the last answer (None without /proc)."""
     with server.client() as client:
         before = running_count(client)
     bodies = [{"workloads": [submission() for _ in range(size)]} for _ in range(batches)]
     connection = server.connection()
+    total = batches * size
     try:
+        cpu = server.cpu_seconds()
         start = time.perf_counter()
         for body in bodies:
             status, answer = connection.post("/workloads/batch", body)
             if status != 201:
                 raise RuntimeError(f"a batch failed: {status}: {answer[:300]!r}")
         submitted = time.perf_counter() - start
+        cpu = per_item(server, cpu, total)
     finally:
         connection.close()
-    total = batches * size
-    return total / submitted, total / (wait_bound(server, before + total) - start)
+    return total / submitted, total / (wait_bound(server, before + total) - start), cpu
 
 
 def progress(message: str) -> None:
@@ -320,14 +348,17 @@ def run_backend(
             figures = measure_latency(server, samples)
             figures["nodes"] = nodes
             progress(f"{backend}: latency {figures}")
-            one, one_bound = submit_burst(server, count, 1)
+            one, one_bound, _ = submit_burst(server, count, 1)
             progress(f"{backend}: 1 client {one:.0f}/s, bound {one_bound:.0f}/s")
-            many, many_bound = submit_burst(server, count, clients)
+            many, many_bound, many_cpu = submit_burst(server, count, clients)
             progress(f"{backend}: {clients} clients {many:.0f}/s, bound {many_bound:.0f}/s")
             # Nodes for the batches only now: the figures above keep their cluster's size.
             nodes += add_nodes(server, nodes, batches * batch_size)
-            batch, batch_bound = submit_batches(server, batches, batch_size)
+            batch, batch_bound, batch_cpu = submit_batches(server, batches, batch_size)
             progress(f"{backend}: batches {batch:.0f}/s, bound {batch_bound:.0f}/s")
+            if many_cpu is not None and batch_cpu is not None:
+                figures["server_cpu_ms_per_submission"] = 1000 * many_cpu
+                figures["server_cpu_us_per_batch_workload"] = 1_000_000 * batch_cpu
             with server.client() as client:
                 cycle = expect(client.get("/cluster"), 200)["last_cycle_seconds"]
             figures.update(
@@ -379,6 +410,11 @@ def table(results: dict[str, dict[str, float]], clients: int) -> list[str]:
             lines.append(f"{backend:<11}{label:<36}{show(value):>12}{goal:>10}{ratio:>10}")
         cycle = f"{1000 * figures['cycle_seconds']:.1f} ms"
         lines.append(f"{backend:<11}{'last cycle, all work in the store':<36}{cycle:>12}")
+        if "server_cpu_ms_per_submission" in figures:
+            cpu = f"{figures['server_cpu_ms_per_submission']:.3f} ms"
+            lines.append(f"{backend:<11}{f'server CPU/submission, {clients} clients':<36}{cpu:>12}")
+            cpu = f"{figures['server_cpu_us_per_batch_workload']:.1f} us"
+            lines.append(f"{backend:<11}{'server CPU/workload, batch endpoint':<36}{cpu:>12}")
         nodes = f"{figures['nodes']:.0f} x 8 GPUs"
         lines.append(f"{backend:<11}{'nodes':<36}{nodes:>12}")
     return lines

@@ -43,7 +43,7 @@ from corral.messages import Reports, TaskLaunch, TaskStop
 from corral.model import GIB, Node
 from corral.model.spec import Device, NodeSpec
 from corral.server.app import create_app
-from corral.server.main import open_store, switch_interval
+from corral.server.main import open_store, switch_interval, tune_collector
 from corral.store import Store
 
 GPUS_PER_NODE = 8
@@ -111,6 +111,10 @@ class AgentDouble:
     def running(self, node: str) -> set[tuple[str, int]] | None:
         with self._lock:
             return set(self._running[node])
+
+    def strays(self, node: str) -> set[tuple[str, int]]:
+        # The double's agents never restart, so nothing runs from before them.
+        return set()
 
     def rendezvous(self, workload: str, attempt: int, node: str) -> tuple[str, int]:
         return "", 20000 + next(self._ports) % 40000
@@ -204,7 +208,9 @@ def main() -> None:
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
+    # As `corral server` sets up its process.
     switch_interval()
+    tune_collector()
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -41,14 +42,19 @@ class GroupWriter(Generic[T, R]):
         self.write = write
         # Called with a batch's outcomes once its callers have been handed them.
         self.settled = settled
-        self._queued: list[_Waiting[T, R]] = []
+        # Appended by the event loops, taken by the writer: a deque's append and popleft
+        # are atomic, so the writer takes a batch without the lock, which only orders
+        # puts against `stop` (and an idle lock costs a put next to nothing).
+        self._queued: deque[_Waiting[T, R]] = deque()
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
     async def put(self, item: T) -> R:
-        """Queue `item`; returns its result once its batch is written, or raises its error."""
+        """Queue `item`; returns its result once its batch is written, or raises its error.
+        A caller cancelled meanwhile (its client went away) does not take the item back:
+        it is written all the same."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         with self._lock:
@@ -59,8 +65,7 @@ class GroupWriter(Generic[T, R]):
                 self._thread.start()
             self._queued.append(_Waiting(item, future, loop))
         self._ready.set()
-        # Shielded: a client that goes away does not take back an item being written.
-        return await asyncio.shield(future)
+        return await future
 
     def stop(self) -> None:
         """Write what is queued, then end the writer."""
@@ -75,15 +80,17 @@ class GroupWriter(Generic[T, R]):
         while True:
             self._ready.wait()
             self._ready.clear()
-            with self._lock:
-                batch, self._queued = self._queued, []
-                stopping = self._stopping
+            stopping = self._stopping
+            batch = self._take()
             if batch:
                 self._write(batch)
-            if stopping:
-                with self._lock:
-                    if not self._queued:
-                        return
+            if stopping and not self._queued:
+                return
+
+    def _take(self) -> list[_Waiting[T, R]]:
+        """Everything queued now, oldest first."""
+        queued = self._queued
+        return [queued.popleft() for _ in range(len(queued))]
 
     def _write(self, batch: list[_Waiting[T, R]]) -> None:
         outcomes = self.write([waiting.item for waiting in batch])

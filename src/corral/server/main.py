@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import re
@@ -59,7 +60,9 @@ def listen(host: str, port: int) -> socket.socket:
 
 def run_uvicorn(app: object, sock: socket.socket) -> None:
     """Serve `app` on the socket `listen` bound, until interrupted."""
-    config = uvicorn.Config(app, log_level="warning")  # type: ignore[arg-type]
+    # No access log: at level warning it was never written, but uvicorn still formatted
+    # each request's client address and path for it.
+    config = uvicorn.Config(app, log_level="warning", access_log=False)  # type: ignore[arg-type]
     uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -166,6 +169,7 @@ def serve(
     print(f"store: {store.url.split('@')[-1]}", flush=True)
     show_first_token(token, data_dir)
     switch_interval()
+    tune_collector()
     run_uvicorn(app, sock)
 
 
@@ -186,6 +190,24 @@ def switch_interval() -> None:
     the GIL to a waiting thread every 5 ms by default, so a woken scheduler could wait
     several of those behind request handlers; 1 ms keeps submit-to-bound short."""
     sys.setswitchinterval(0.001)
+
+
+# Allocations (less deallocations) between two passes over the youngest objects: Python's
+# default, 700, made a burst of submissions spend a quarter of its time in the collector.
+COLLECTOR_THRESHOLD = 10_000
+
+
+def tune_collector() -> None:
+    """Python's cycle collector, for a server that makes many short-lived objects a
+    request and keeps many long-lived ones (the scheduler's snapshot and state): what
+    exists once started (modules, the application, the schema) lives as long as the
+    process and is left out of the collector's passes, and the youngest objects are
+    collected every COLLECTOR_THRESHOLD allocations, not 700. Each pass over them looks
+    at more, but the passes over older objects, which look at everything the server
+    keeps, come 14 times less often."""
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(COLLECTOR_THRESHOLD, older, oldest)
 
 
 def node_name() -> str:
@@ -225,6 +247,7 @@ def up(
         if token is not None:
             print(f"admin token (shown once): {token}", flush=True)
         switch_interval()
+        tune_collector()
         run_uvicorn(app, sock)
         return
     found = discover(virtual_gpus, virtual_model, virtual_memory)
@@ -259,6 +282,7 @@ def up(
     print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
     show_first_token(token, data_dir)
     switch_interval()
+    tune_collector()
     run_uvicorn(app, sock)
 
 

@@ -227,13 +227,12 @@ def dependency_text(dependency: Dependency) -> str:
 
 def workload_spec(row: WorkloadRow, project: str) -> WorkloadSpec:
     """The spec a workload row was submitted with."""
-    return spec_of(
-        row,
-        project,
-        tuple(
-            TaskGroup(g.name, g.replicas, g.gpu, g.gpu_memory, g.cpu, g.memory)
-            for g in row.task_groups
-        ),
+    return spec_of(row, project, _task_groups(row))
+
+
+def _task_groups(row: WorkloadRow) -> tuple[TaskGroup, ...]:
+    return tuple(
+        TaskGroup(g.name, g.replicas, g.gpu, g.gpu_memory, g.cpu, g.memory) for g in row.task_groups
     )
 
 
@@ -273,9 +272,25 @@ def spec_of(row: Any, project: str, task_groups: tuple[TaskGroup, ...]) -> Workl
 
 def workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
     """The workload of a row in queue `project`, with its placements."""
+    return record_of(
+        row,
+        project,
+        _task_groups(row),
+        tuple(Placement(p.task, p.node.name, tuple(p.devices), p.gpu) for p in row.placements),
+    )
+
+
+def record_of(
+    row: Any,
+    project: str,
+    task_groups: tuple[TaskGroup, ...],
+    placements: tuple[Placement, ...],
+) -> WorkloadRecord:
+    """The workload of a row's columns (an ORM row, or a plain row of a select of every
+    column of `workloads`) in queue `project`, with its task groups and placements."""
     return WorkloadRecord(
         id=row.id,
-        spec=workload_spec(row, project),
+        spec=spec_of(row, project, task_groups),
         status=row.status,
         reason=row.reason,
         attempts=row.attempts,
@@ -283,9 +298,7 @@ def workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
         started_at=row.started_at,
         finished_at=row.finished_at,
         pending_since=row.pending_since,
-        placements=tuple(
-            Placement(p.task, p.node.name, tuple(p.devices), p.gpu) for p in row.placements
-        ),
+        placements=placements,
         exit_code=row.exit_code,
         cancelled_by=row.cancelled_by,
         checkpoint_at=row.checkpoint_at,
@@ -293,7 +306,7 @@ def workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
     )
 
 
-def lost_work_of(row: WorkloadRow) -> LostWork | None:
+def lost_work_of(row: Any) -> LostWork | None:
     """What the row's latest preemption lost, when it was recorded."""
     if row.preempted_at is None or row.lost_gpu_seconds is None or row.lost_since is None:
         return None

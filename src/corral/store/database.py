@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
@@ -44,6 +45,8 @@ class Database:
         self.engine: Engine = create_engine(
             url,
             pool_pre_ping=not self.sqlite,
+            json_serializer=_json_text,
+            json_deserializer=orjson.loads,
             **({"connect_args": {"check_same_thread": False}} if self.sqlite else {}),
         )
         if self.sqlite:
@@ -120,6 +123,12 @@ class Database:
         """A session for reading; it changes nothing and takes no lock."""
         with self.sessions() as session:
             yield session
+
+
+def _json_text(value: Any) -> str:
+    """A JSON column's value as text, as json.dumps would write it but for the spaces
+    (keys that are not strings become strings, as json.dumps makes them)."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:

@@ -113,14 +113,16 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+# Every cycle asks it: made once (making the select cost more than running it).
+_NEWEST_HELD = select(func.max(WorkloadRow.id)).where(
+    WorkloadRow.held.is_(True), WorkloadRow.status == "pending"
+)
+
+
 def newest_held(session: Session) -> int | None:
     """The id of the newest pending workload that waits for its dependencies, or None
     when none does (an indexed look-up)."""
-    found: int | None = session.scalar(
-        select(func.max(WorkloadRow.id)).where(
-            WorkloadRow.held.is_(True), WorkloadRow.status == "pending"
-        )
-    )
+    found: int | None = session.connection().execute(_NEWEST_HELD).scalar()
     return found
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, Select, select
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Placement, TaskGroup
@@ -14,27 +14,29 @@ from corral.store.convert import spec_of
 from corral.store.events import add_event
 from corral.store.records import BoundWork, Release, TaskState, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, TaskGroupRow, WorkloadRow
-from corral.store.workloads import WORKLOADS
+from corral.store.workloads import TASK_GROUP_COLUMNS, WORKLOADS
 
 
 def task_groups(session: Session, where: tuple[Any, ...]) -> dict[int, list[TaskGroup]]:
     """The task groups of the workloads that pass `where`, by workload id, in order."""
-    groups: dict[int, list[TaskGroup]] = {}
-    for g in session.execute(
-        select(
-            TaskGroupRow.workload_id,
-            TaskGroupRow.name,
-            TaskGroupRow.replicas,
-            TaskGroupRow.gpu,
-            TaskGroupRow.gpu_memory,
-            TaskGroupRow.cpu,
-            TaskGroupRow.memory,
-        )
+    return group_rows(session.connection().execute(task_groups_query(*where)).all())
+
+
+def task_groups_query(*where: Any) -> Select[*tuple[Any, ...]]:
+    """The select of the task groups of the workloads that pass `where`, for `group_rows`."""
+    return (
+        select(TaskGroupRow.workload_id, *TASK_GROUP_COLUMNS)
         .join(WorkloadRow, TaskGroupRow.workload_id == WorkloadRow.id)
         .where(*where)
         .order_by(TaskGroupRow.workload_id, TaskGroupRow.ordinal)
-    ):
-        groups.setdefault(g[0], []).append(TaskGroup(*g[1:]))
+    )
+
+
+def group_rows(rows: Iterable[Row[*tuple[Any, ...]]]) -> dict[int, list[TaskGroup]]:
+    """The rows of `task_groups_query` as task groups, by workload id, in order."""
+    groups: dict[int, list[TaskGroup]] = {}
+    for workload_id, *group in rows:
+        groups.setdefault(workload_id, []).append(TaskGroup(*group))
     return groups
 
 

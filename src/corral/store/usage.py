@@ -24,7 +24,18 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from sqlalchemy import Connection, Row, Table, event, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    Table,
+    bindparam,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from corral.store.bulk import insert_ids
@@ -126,28 +137,26 @@ def insert_placements(connection: Connection, rows: Sequence[dict[str, Any]]) ->
     )
 
 
+# The statements of `_open_intervals`, made once: every cycle that binds runs them.
+_BOUND_WORKLOADS = select(
+    WorkloadRow.id, WorkloadRow.name, WorkloadRow.user, WorkloadRow.priority, WorkloadRow.queue_id
+).where(WorkloadRow.id.in_(bindparam("ids", expanding=True)))
+_QUEUES = select(QueueRow.id, QueueRow.name, QueueRow.parent_id)
+_BOUND_NODES = select(NodeRow.id, NodeRow.name).where(
+    NodeRow.id.in_(bindparam("ids", expanding=True))
+)
+_INSERT_ALLOCATIONS = insert(AllocationRow)
+
+
 def _open_intervals(connection: Connection, bound: list[Bound]) -> None:
     workloads = {
         row.id: row
         for row in connection.execute(
-            select(
-                WorkloadRow.id,
-                WorkloadRow.name,
-                WorkloadRow.user,
-                WorkloadRow.priority,
-                WorkloadRow.queue_id,
-            ).where(WorkloadRow.id.in_({p.workload_id for p in bound}))
+            _BOUND_WORKLOADS, {"ids": list({p.workload_id for p in bound})}
         )
     }
-    queues = {
-        row.id: row
-        for row in connection.execute(select(QueueRow.id, QueueRow.name, QueueRow.parent_id))
-    }
-    nodes = dict(
-        connection.execute(
-            select(NodeRow.id, NodeRow.name).where(NodeRow.id.in_({p.node_id for p in bound}))
-        ).all()
-    )
+    queues = {row.id: row for row in connection.execute(_QUEUES)}
+    nodes = dict(connection.execute(_BOUND_NODES, {"ids": list({p.node_id for p in bound})}).all())
     rows = []
     for placement in bound:
         workload = workloads[placement.workload_id]
@@ -168,7 +177,7 @@ def _open_intervals(connection: Connection, bound: list[Bound]) -> None:
                 "end": None,
             }
         )
-    connection.execute(insert(AllocationRow), rows)
+    connection.execute(_INSERT_ALLOCATIONS, rows)
 
 
 def _queue_path(queues: dict[int, Row[int, str, int | None]], queue_id: int) -> list[str]:

@@ -7,22 +7,53 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, exists, insert, or_, select
+from sqlalchemy import Table, bindparam, exists, insert, or_, select
 from sqlalchemy.orm import Session, aliased, selectinload
 
+from corral.model import Placement, TaskGroup
 from corral.model.spec import WorkloadSpec
 from corral.store.audit import AuditRecord, add_audit
 from corral.store.bulk import insert_ids
-from corral.store.convert import waiting_reason, workload_record, workload_values
+from corral.store.convert import record_of, waiting_reason, workload_record, workload_values
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
 from corral.store.idempotency import Idempotency, Replayed, find, remember
 from corral.store.records import ACTIVE, WorkloadRecord
-from corral.store.schema import PlacementRow, QueueRow, SecretRow, TaskGroupRow, WorkloadRow
+from corral.store.schema import (
+    NodeRow,
+    PlacementRow,
+    QueueRow,
+    SecretRow,
+    TaskGroupRow,
+    WorkloadRow,
+)
 
 # The tables, for statements that write many rows at once without the ORM.
 WORKLOADS = cast(Table, WorkloadRow.__table__)
 _TASK_GROUPS = cast(Table, TaskGroupRow.__table__)
+# A task group's columns in the order of `TaskGroup`'s fields.
+TASK_GROUP_COLUMNS = (
+    TaskGroupRow.name,
+    TaskGroupRow.replicas,
+    TaskGroupRow.gpu,
+    TaskGroupRow.gpu_memory,
+    TaskGroupRow.cpu,
+    TaskGroupRow.memory,
+)
+
+# A submission's checks, made once: building them (an alias above all) cost more than
+# running them. Each project's queue, and whether it has queues below it (a department).
+_CHILD = aliased(QueueRow)
+_QUEUES = select(QueueRow.name, QueueRow.id, exists().where(_CHILD.parent_id == QueueRow.id)).where(
+    QueueRow.name.in_(bindparam("projects", expanding=True))
+)
+# The workloads and arrays that hold one of the names.
+_CLAIMED = select(WorkloadRow.name, WorkloadRow.array_name).where(
+    or_(
+        WorkloadRow.name.in_(bindparam("names", expanding=True)),
+        WorkloadRow.array_name.in_(bindparam("names", expanding=True)),
+    )
+)
 
 
 def workload_row(session: Session, name: str) -> WorkloadRow:
@@ -165,16 +196,12 @@ def _check_submissions(
 ) -> list[tuple[Submission, int]]:
     """The submissions that pass every check, with their queue's id; the others get their
     error (raised at once when `atomic`)."""
-    projects = {item.spec.project for item in batch}
-    # Each project's queue, and whether it has queues below it (a department). One
-    # statement each for queues and names: a submission alone pays every one of them.
-    child = aliased(QueueRow)
-    has_children = exists().where(child.parent_id == QueueRow.id)
+    connection = session.connection()
+    # One statement each for queues and names: a submission alone pays every one of them.
     queues: dict[str, int] = {}
     departments: set[int] = set()
-    for name, queue_id, parent in session.execute(
-        select(QueueRow.name, QueueRow.id, has_children).where(QueueRow.name.in_(projects))
-    ):
+    projects = list({item.spec.project for item in batch})
+    for name, queue_id, parent in connection.execute(_QUEUES, {"projects": projects}):
         queues[name] = queue_id
         if parent:
             departments.add(queue_id)
@@ -185,11 +212,7 @@ def _check_submissions(
     grouped = names | arrays
     existing: set[str] = set()
     claimed: set[str] = set()
-    for name, array in session.execute(
-        select(WorkloadRow.name, WorkloadRow.array_name).where(
-            or_(WorkloadRow.name.in_(grouped), WorkloadRow.array_name.in_(grouped))
-        )
-    ):
+    for name, array in connection.execute(_CLAIMED, {"names": list(grouped)}):
         if name in names:
             existing.add(name)
         if name in arrays:
@@ -256,10 +279,39 @@ def _secrets_held(session: Session, batch: list[Submission]) -> set[tuple[str, s
     return {(project, name) for project, name in rows}
 
 
+# A workload by name, for `get_workload`: statements made once, run on the connection
+# (clients poll a workload they wait for; the ORM's objects and lazy loads cost a read
+# four statements and about a millisecond).
+_NAMED = (
+    select(WORKLOADS, QueueRow.name.label("project"))
+    .join(QueueRow, WORKLOADS.c.queue_id == QueueRow.id)
+    .where(WORKLOADS.c.name == bindparam("name"))
+)
+_GROUPS_OF = (
+    select(*TASK_GROUP_COLUMNS)
+    .where(TaskGroupRow.workload_id == bindparam("id"))
+    .order_by(TaskGroupRow.ordinal)
+)
+_PLACEMENTS_OF = (
+    select(PlacementRow.task, NodeRow.name, PlacementRow.devices, PlacementRow.gpu)
+    .join(NodeRow, PlacementRow.node_id == NodeRow.id)
+    .where(PlacementRow.workload_id == bindparam("id"))
+    .order_by(PlacementRow.task)
+)
+
+
 def get_workload(session: Session, name: str) -> WorkloadRecord:
     """The workload; NotFound when there is none."""
-    row = workload_row(session, name)
-    return workload_record(row, row.queue.name)
+    connection = session.connection()
+    row = connection.execute(_NAMED, {"name": name}).first()
+    if row is None:
+        raise NotFound(f"workload {name!r} not found")
+    groups = tuple(TaskGroup(*g) for g in connection.execute(_GROUPS_OF, {"id": row.id}))
+    placements = tuple(
+        Placement(task, node, tuple(devices), gpu)
+        for task, node, devices, gpu in connection.execute(_PLACEMENTS_OF, {"id": row.id})
+    )
+    return record_of(row, row.project, groups, placements)
 
 
 def list_workloads_named(session: Session, names: list[str]) -> list[WorkloadRecord]:

@@ -24,6 +24,7 @@ from corral.server.deps import (
     LoopDep,
     StoreDep,
     User,
+    application,
     managed_workload,
     may_submit,
     readable_projects,
@@ -104,8 +105,6 @@ def list_workloads(
 async def submit(
     body: WorkloadIn,
     current: User,
-    background: BackgroundDep,
-    store: StoreDep,
     request: Request,
     response: Response,
     idempotency_key: IdempotencyKey = None,
@@ -113,6 +112,7 @@ async def submit(
     # Async, unlike the other handlers: the writer thread commits submissions in
     # batches (corral.server.submissions) and wakes the scheduler. The checks that need
     # the store run in a worker thread, and only when the answer is not in memory.
+    store, background = application(request)
     may_submit(current, body.project)
     require_account(background.cluster, current)
     spec = body.to_spec(body.name or body.project, current.name)

@@ -49,14 +49,13 @@ def queue_key(queue: QueueState, request: Request) -> QueueKey:
 class FairOrder:
     """A hierarchical priority queue of candidates."""
 
-    def __init__(self, queues: list[QueueState]) -> None:
-        self._queues = {queue.name: queue for queue in queues}
-        self._version = dict.fromkeys(self._queues, 0)
+    def __init__(self) -> None:
+        # Only the queues with candidates, and their ancestors, take part: a busy cluster
+        # has many queues and few with pending work.
+        self._version: dict[str, int] = {}
         # Heaps of children keyed by the parent's name; "" is the root.
         self._children: dict[str, list[tuple[QueueKey, int, str, Request]]] = {"": []}
-        for queue in queues:
-            self._children.setdefault(queue.name, [])
-        self._leaves = {queue.name: _Leaf() for queue in queues if queue.leaf}
+        self._leaves: dict[str, _Leaf] = {}
         self._sequence = 0
 
     def add(self, candidate: Candidate) -> None:
@@ -72,7 +71,10 @@ class FairOrder:
             self._sequence,
             candidate,
         )
-        self._leaves[workload.queue.name].push(entry)
+        leaf = self._leaves.get(workload.queue.name)
+        if leaf is None:
+            leaf = self._leaves[workload.queue.name] = _Leaf()
+        leaf.push(entry)
 
     def take_alike(self, failed: Candidate) -> Iterator[Candidate]:
         """Take, one after another, the candidates next in `failed`'s queue that are alike
@@ -92,8 +94,15 @@ class FairOrder:
             self._refresh(queue)
 
     def refresh_all(self, queues: list[QueueState]) -> None:
-        """Compute the keys of every queue, deepest first (after adding candidates)."""
-        for queue in sorted(queues, key=lambda queue: -len(queue.path)):
+        """Compute the keys of every queue with candidates, and of its ancestors, deepest
+        first (after adding candidates)."""
+        involved = {
+            level.name: level
+            for queue in queues
+            if queue.name in self._leaves
+            for level in queue.path
+        }
+        for queue in sorted(involved.values(), key=lambda queue: -len(queue.path)):
             self._refresh(queue)
 
     def pop(self) -> Candidate | None:
@@ -110,24 +119,26 @@ class FairOrder:
 
     def _refresh(self, queue: QueueState) -> None:
         name = queue.name
-        self._version[name] += 1
+        version = self._version[name] = self._version.get(name, 0) + 1
         request: Request | None = None
-        if name in self._leaves:
-            first = self._leaves[name].first()
+        if queue.leaf:
+            leaf = self._leaves.get(name)
+            first = leaf.first() if leaf is not None else None
             if first is not None:
                 request = first[-1].request
         else:
-            heap = self._children[name]
-            self._clean(heap)
+            heap = self._children.get(name)
             if heap:
-                request = heap[0][3]
+                self._clean(heap)
+                if heap:
+                    request = heap[0][3]
         if request is None:
             return
         parent = queue.parent.name if queue.parent else ""
-        heapq.heappush(
-            self._children[parent],
-            (queue_key(queue, request), self._version[name], name, request),
-        )
+        heap = self._children.get(parent)
+        if heap is None:
+            heap = self._children[parent] = []
+        heapq.heappush(heap, (queue_key(queue, request), version, name, request))
 
     def _clean(self, heap: list[tuple[QueueKey, int, str, Request]]) -> None:
         version = self._version
@@ -141,7 +152,7 @@ class InOrder:
     passed over."""
 
     def __init__(self, queues: list[QueueState], candidates: Iterable[Candidate]) -> None:
-        self._order = FairOrder(queues)
+        self._order = FairOrder()
         for candidate in candidates:
             self._order.add(candidate)
         self._order.refresh_all(queues)

@@ -30,7 +30,7 @@ class Allocate:
     def run(self) -> None:
         """Place pending workloads and grow elastic ones, in fairness order."""
         session = self.session
-        order = FairOrder(list(session.queues.values()))
+        order = FairOrder()
         for ws in session.workloads:
             if not ws.running:
                 order.add(session.gang_candidate(ws))

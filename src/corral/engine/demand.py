@@ -23,6 +23,9 @@ _UNIT = 1 << _SHIFT
 
 def _exact(value: float) -> int:
     """`value` in units of 2**-1074, exactly."""
+    if value.is_integer():
+        # Most requests are whole GPUs, cores and bytes (or none).
+        return int(value) << _SHIFT
     numerator, denominator = value.as_integer_ratio()
     return numerator << (_SHIFT + 1 - denominator.bit_length())
 

@@ -46,19 +46,13 @@ class Preempt:
                 # unlike tasks this could in contrived cases miss a fit that a fuller
                 # state allows).
                 return
-        # The lowest priority in each queue: work at or below it has nothing to preempt.
-        lowest: dict[str, int] = {}
-        for ws in session.workloads:
-            name = ws.queue.name
-            priority = ws.workload.priority
-            lowest[name] = min(lowest.get(name, priority), priority)
         order = session.pending_in_order()
         for candidate in order:
             # Victims are preemptible, so evicting them never makes room within deserved.
             if deserved_block(candidate.workload, candidate.request) is not None:
                 note = None
             else:
-                placed, note = self._preempt_for(candidate, lowest[candidate.workload.queue.name])
+                placed, note = self._preempt_for(candidate)
                 if placed:
                     continue
             # Nothing changed: alike work next in its queue fares the same.
@@ -66,7 +60,7 @@ class Preempt:
                 if note:
                     session.note(alike.workload, note)
 
-    def _preempt_for(self, candidate: Candidate, lowest: int) -> tuple[bool, str | None]:
+    def _preempt_for(self, candidate: Candidate) -> tuple[bool, str | None]:
         """Evict lower-priority units of the candidate's queue until it fits; say why not
         when its queue runs lower-priority work that could not make room. Returns whether
         it was placed, and what was said."""
@@ -81,7 +75,7 @@ class Preempt:
             return self.victims.first_unit(ws.queue, ws, priority)
 
         placed, _ = self.victims.evict_for(candidate, next_victim, "preempt")
-        if not placed and priority > lowest and self._runs_lower(ws, priority):
+        if not placed and self._runs_lower(ws, priority):
             note = (
                 f"cannot preempt: the lower-priority work in queue {ws.queue.name} is "
                 "non-preemptible or would not make room"

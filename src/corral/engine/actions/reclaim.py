@@ -313,10 +313,11 @@ class Reclaim:
         runs, by the GPUs free or held by that work there, most first (then by name)."""
         session = self.session
         targets = []
+        by_node = session.by_node
         for node in session.placer.nodes_of(session.placer.allowed_for(ws)):
             held = sum(
                 placement.gpu
-                for other in session.by_node.get(node.name, [])
+                for other in by_node.get(node.name, [])
                 if other.preemptible and other.queue.name in givers
                 for placement in other.running.values()
                 if placement.node == node.name

@@ -6,12 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
+from corral.store.bulk import Rows
 from corral.store.schema import AuditRow
-
-_AUDIT = cast(Table, AuditRow.__table__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +28,10 @@ class AuditRecord:
     id: int | None = None
 
 
-# The columns a new record is written with (its id is the database's).
-_COLUMNS = [name for name in AuditRecord.__slots__ if name != "id"]
+# A new record's row (its id is the database's).
+_AUDIT = Rows(
+    cast(Table, AuditRow.__table__), ("at", "user", "method", "route", "path", "address", "status")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +49,10 @@ class AuditQuery:
 
 
 def add_audit(session: Session, records: Sequence[AuditRecord]) -> None:
-    """Insert records, in one statement."""
+    """Insert records, all at once."""
     if records:
-        # Not dataclasses.asdict, which copies every value deeply and cost more than the
-        # insert.
-        rows = [{name: getattr(r, name) for name in _COLUMNS} for r in records]
-        session.connection().execute(insert(_AUDIT), rows)
+        rows = [(r.at, r.user, r.method, r.route, r.path, r.address, r.status) for r in records]
+        _AUDIT.insert(session.connection(), rows)
 
 
 def list_audit(session: Session, query: AuditQuery) -> list[AuditRecord]:

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from corral.model import Node, Placement, PoolQuota, Queue, Resources, TaskGroup, Topology
 from corral.model.arrays import ArrayMember, Dependency
 from corral.model.spec import Device, PortSpec, WorkloadSpec
+from corral.store.database import json_text
 from corral.store.records import LostWork, NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
 
@@ -163,44 +164,76 @@ def node_record(session: Session, row: NodeRow) -> NodeRecord:
 # -- workloads ------------------------------------------------------------------------------
 
 
-def workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> dict[str, Any]:
-    """A new pending workload's row, as values for one statement that inserts many."""
-    return {
-        "name": spec.name,
-        "queue_id": queue_id,
-        "user": spec.user,
-        "priority": spec.priority,
-        "preemptible": spec.preemptible,
-        "min_available": spec.min_available,
-        "node_selector": {key: list(values) for key, values in spec.node_selector.items()},
-        "node_pools": list(spec.node_pools) or None,
-        "topology_key": spec.topology.key if spec.topology else None,
-        "topology_required": spec.topology.required if spec.topology else True,
-        "command": list(spec.command),
-        "env": dict(spec.env),
-        "secrets": dict(spec.secrets),
-        "workdir": spec.workdir,
-        "max_runtime": spec.max_runtime,
-        "backoff_limit": spec.backoff_limit,
-        "grace_period": spec.grace_period,
-        "ports": [{"name": p.name, "base_url": p.base_url} for p in spec.ports],
-        "status": "pending",
-        "reason": waiting_reason(spec),
-        "attempts": 0,
-        "failures": 0,
-        "created_at": at,
-        "started_at": None,
-        "finished_at": None,
-        "exit_code": None,
-        "cancelled_by": None,
-        "array_name": spec.array.name if spec.array else None,
-        "array_index": spec.array.index if spec.array else None,
-        "array_limit": spec.array.limit if spec.array else None,
-        "after": [[d.workload, d.condition] for d in spec.after] if spec.after else None,
-        "kill_on_invalid_dep": spec.kill_on_invalid_dep,
+# The columns of a new workload's row, in the order `workload_values` gives them.
+WORKLOAD_COLUMNS = (
+    "name",
+    "queue_id",
+    "user",
+    "priority",
+    "preemptible",
+    "min_available",
+    "node_selector",
+    "node_pools",
+    "topology_key",
+    "topology_required",
+    "command",
+    "env",
+    "secrets",
+    "workdir",
+    "max_runtime",
+    "backoff_limit",
+    "grace_period",
+    "ports",
+    "status",
+    "reason",
+    "attempts",
+    "failures",
+    "created_at",
+    "array_name",
+    "array_index",
+    "array_limit",
+    "after",
+    "kill_on_invalid_dep",
+    "held",
+)
+
+
+def workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> tuple[Any, ...]:
+    """A new pending workload's row (`WORKLOAD_COLUMNS`), in the driver's types, for
+    `corral.store.bulk.Rows`."""
+    array = spec.array
+    return (
+        spec.name,
+        queue_id,
+        spec.user,
+        spec.priority,
+        spec.preemptible,
+        spec.min_available,
+        json_text({key: list(values) for key, values in spec.node_selector.items()}),
+        json_text(list(spec.node_pools) or None),
+        spec.topology.key if spec.topology else None,
+        spec.topology.required if spec.topology else True,
+        json_text(list(spec.command)),
+        json_text(dict(spec.env)),
+        json_text(dict(spec.secrets)),
+        spec.workdir,
+        spec.max_runtime,
+        spec.backoff_limit,
+        spec.grace_period,
+        json_text([{"name": p.name, "base_url": p.base_url} for p in spec.ports]),
+        "pending",
+        waiting_reason(spec),
+        0,
+        0,
+        at,
+        array.name if array else None,
+        array.index if array else None,
+        array.limit if array else None,
+        json_text([[d.workload, d.condition] for d in spec.after] if spec.after else None),
+        spec.kill_on_invalid_dep,
         # Released by the first cycle that finds every dependency met (even at once).
-        "held": bool(spec.after),
-    }
+        bool(spec.after),
+    )
 
 
 def waiting_reason(spec: WorkloadSpec) -> str | None:

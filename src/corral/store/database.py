@@ -45,7 +45,7 @@ class Database:
         self.engine: Engine = create_engine(
             url,
             pool_pre_ping=not self.sqlite,
-            json_serializer=_json_text,
+            json_serializer=json_text,
             json_deserializer=orjson.loads,
             **({"connect_args": {"check_same_thread": False}} if self.sqlite else {}),
         )
@@ -125,9 +125,11 @@ class Database:
             yield session
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
     """A JSON column's value as text, as json.dumps would write it but for the spaces
-    (keys that are not strings become strings, as json.dumps makes them)."""
+    (keys that are not strings become strings, as json.dumps makes them): how SQLAlchemy
+    writes JSON columns here, and how rows written without it (`corral.store.bulk`) give
+    them. None is the JSON null, as SQLAlchemy writes it."""
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 

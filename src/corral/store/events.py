@@ -5,13 +5,17 @@ from __future__ import annotations
 import time
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
+from corral.store.bulk import Rows
 from corral.store.records import EventRecord
 from corral.store.schema import EventRow
 
-_EVENTS = cast(Table, EventRow.__table__)
+# The columns of `event_values`, in its order.
+_EVENTS = Rows(
+    cast(Table, EventRow.__table__), ("time", "workload", "node", "kind", "cause", "reason")
+)
 
 
 def add_event(
@@ -23,7 +27,11 @@ def add_event(
     node: str | None = None,
 ) -> None:
     """Record one event, timed now."""
-    session.add(EventRow(**event_values(time.time(), kind, cause, reason, workload, node)))
+    session.add(
+        EventRow(
+            time=time.time(), workload=workload, node=node, kind=kind, cause=cause, reason=reason
+        )
+    )
 
 
 def event_values(
@@ -33,22 +41,14 @@ def event_values(
     reason: str,
     workload: str | None = None,
     node: str | None = None,
-) -> dict[str, Any]:
+) -> tuple[Any, ...]:
     """One event as the values of a row, for `add_events`."""
-    return {
-        "time": now,
-        "workload": workload,
-        "node": node,
-        "kind": kind,
-        "cause": cause,
-        "reason": reason,
-    }
+    return (now, workload, node, kind, cause, reason)
 
 
-def add_events(session: Session, values: list[dict[str, Any]]) -> None:
-    """Many events in one statement."""
-    if values:
-        session.connection().execute(insert(_EVENTS), values)
+def add_events(session: Session, values: list[tuple[Any, ...]]) -> None:
+    """Many events at once (`event_values`)."""
+    _EVENTS.insert(session.connection(), values)
 
 
 def list_events(session: Session, workload: str | None, limit: int) -> list[EventRecord]:

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Decisions, Node, Placement, Snapshot, TaskGroup, Topology, Workload
 from corral.model.durations import lost_work_phrase
+from corral.store.bulk import CHUNK
 from corral.store.convert import queue_from_row
 from corral.store.events import add_event, add_events, event_values
 from corral.store.records import ACTIVE, Release
@@ -108,9 +109,10 @@ _REASON = (
     .where(WORKLOADS.c.id == bindparam("workload_id"))
     .values(reason=bindparam("reason"))
 )
+# Every workload bound by a cycle is bound at the same time: one statement for them all.
 _BOUND = (
     update(WORKLOADS)
-    .where(WORKLOADS.c.id == bindparam("workload_id"))
+    .where(WORKLOADS.c.id.in_(bindparam("ids", expanding=True)))
     .values(
         status="running",
         reason=None,
@@ -364,22 +366,22 @@ def _bind(
     insert_placements(
         connection,
         [
-            {
-                "workload_id": rows[name][0],
-                "task": placement.task,
-                "node_id": node_ids[placement.node],
-                "devices": list(placement.devices),
-                "gpu": placement.gpu,
-                "created_at": now,
-                "launch": rows[name][1] + 1,
-            }
+            (
+                rows[name][0],
+                placement.task,
+                node_ids[placement.node],
+                list(placement.devices),
+                placement.gpu,
+                now,
+                rows[name][1] + 1,
+            )
             for name, placements in decisions.bindings.items()
             for placement in placements
         ],
     )
-    connection.execute(
-        _BOUND, [{"workload_id": rows[name][0], "now": now} for name in decisions.bindings]
-    )
+    bound = [rows[name][0] for name in decisions.bindings]
+    for start in range(0, len(bound), CHUNK):
+        connection.execute(_BOUND, {"ids": bound[start : start + CHUNK], "now": now})
     add_events(
         session,
         [

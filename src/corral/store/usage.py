@@ -31,15 +31,14 @@ from sqlalchemy import (
     bindparam,
     event,
     func,
-    insert,
     or_,
     select,
     update,
 )
 from sqlalchemy.orm import Session
 
-from corral.store.bulk import insert_ids
-from corral.store.database import Database
+from corral.store.bulk import Rows
+from corral.store.database import Database, json_text
 from corral.store.records import STATUSES
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
 from corral.store.telemetry import GpuSeconds, gpu_seconds
@@ -112,27 +111,37 @@ class Bound:
         )
 
 
-def insert_placements(connection: Connection, rows: Sequence[dict[str, Any]]) -> None:
-    """Write placements (`PlacementRow` columns) in one statement and open their
-    allocation intervals with them: the bulk path of binding, which a cycle that binds
-    hundreds of tasks takes instead of the ORM (whose events it therefore stands in for)."""
-    if not rows:
+# A placement's row, as `insert_placements` writes it.
+_PLACEMENTS = Rows(
+    cast(Table, PlacementRow.__table__),
+    ("workload_id", "task", "node_id", "devices", "gpu", "created_at", "launch", "state"),
+    key=("workload_id", "task"),
+)
+
+
+def insert_placements(
+    connection: Connection, placements: Sequence[tuple[int, int, int, list[int], float, float, int]]
+) -> None:
+    """Write placements, each (workload id, task, node id, devices, gpu, created_at,
+    launch), all at once, and open their allocation intervals with them: the bulk path of
+    binding, which a cycle that binds hundreds of tasks takes instead of the ORM (whose
+    events it therefore stands in for)."""
+    if not placements:
         return
-    table = cast(Table, PlacementRow.__table__)
-    ids = insert_ids(connection, table, rows, ("workload_id", "task"))
+    ids = _PLACEMENTS.insert_ids(
+        connection,
+        [
+            (workload, task, node, json_text(devices), gpu, created_at, launch, "bound")
+            for workload, task, node, devices, gpu, created_at, launch in placements
+        ],
+    )
     _open_intervals(
         connection,
         [
-            Bound(
-                placement_id,
-                row["workload_id"],
-                row["task"],
-                row["node_id"],
-                row["devices"],
-                row["gpu"],
-                row["created_at"],
+            Bound(placement_id, workload, task, node, devices, gpu, created_at)
+            for placement_id, (workload, task, node, devices, gpu, created_at, _) in zip(
+                ids, placements, strict=True
             )
-            for placement_id, row in zip(ids, rows, strict=True)
         ],
     )
 
@@ -145,39 +154,57 @@ _QUEUES = select(QueueRow.id, QueueRow.name, QueueRow.parent_id)
 _BOUND_NODES = select(NodeRow.id, NodeRow.name).where(
     NodeRow.id.in_(bindparam("ids", expanding=True))
 )
-_INSERT_ALLOCATIONS = insert(AllocationRow)
+_ALLOCATIONS = Rows(
+    cast(Table, AllocationRow.__table__),
+    (
+        "placement_id",
+        "workload",
+        "task",
+        "project",
+        "departments",
+        "user",
+        "priority",
+        "node",
+        "devices",
+        "gpu",
+        "start",
+    ),
+)
 
 
 def _open_intervals(connection: Connection, bound: list[Bound]) -> None:
     workloads = {
-        row.id: row
+        row[0]: row
         for row in connection.execute(
             _BOUND_WORKLOADS, {"ids": list({p.workload_id for p in bound})}
         )
     }
     queues = {row.id: row for row in connection.execute(_QUEUES)}
     nodes = dict(connection.execute(_BOUND_NODES, {"ids": list({p.node_id for p in bound})}).all())
+    # A queue's project and departments (as JSON), worked out once per queue.
+    paths: dict[int, tuple[str, str]] = {}
     rows = []
     for placement in bound:
-        workload = workloads[placement.workload_id]
-        path = _queue_path(queues, workload.queue_id)
+        _, name, user, priority, queue_id = workloads[placement.workload_id]
+        path = paths.get(queue_id)
+        if path is None:
+            names = _queue_path(queues, queue_id)
+            path = paths[queue_id] = (names[0], json_text(names[1:]))
         rows.append(
-            {
-                "placement_id": placement.id,
-                "workload": workload.name,
-                "task": placement.task,
-                "project": path[0],
-                "departments": path[1:],
-                "user": workload.user,
-                "priority": workload.priority,
-                "node": nodes.get(placement.node_id, ""),
-                "devices": list(placement.devices),
-                "gpu": placement.gpu,
-                "start": placement.created_at,
-                "end": None,
-            }
+            (
+                placement.id,
+                name,
+                placement.task,
+                *path,
+                user,
+                priority,
+                nodes.get(placement.node_id, ""),
+                json_text(list(placement.devices)),
+                placement.gpu,
+                placement.created_at,
+            )
         )
-    connection.execute(_INSERT_ALLOCATIONS, rows)
+    _ALLOCATIONS.insert(connection, rows)
 
 
 def _queue_path(queues: dict[int, Row[int, str, int | None]], queue_id: int) -> list[str]:

@@ -7,14 +7,20 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, bindparam, exists, insert, or_, select
+from sqlalchemy import Table, bindparam, exists, or_, select
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from corral.model import Placement, TaskGroup
 from corral.model.spec import WorkloadSpec
 from corral.store.audit import AuditRecord, add_audit
-from corral.store.bulk import insert_ids
-from corral.store.convert import record_of, waiting_reason, workload_record, workload_values
+from corral.store.bulk import Rows
+from corral.store.convert import (
+    WORKLOAD_COLUMNS,
+    record_of,
+    waiting_reason,
+    workload_record,
+    workload_values,
+)
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
 from corral.store.idempotency import Idempotency, Replayed, find, remember
@@ -30,7 +36,11 @@ from corral.store.schema import (
 
 # The tables, for statements that write many rows at once without the ORM.
 WORKLOADS = cast(Table, WorkloadRow.__table__)
-_TASK_GROUPS = cast(Table, TaskGroupRow.__table__)
+_NEW_WORKLOADS = Rows(WORKLOADS, WORKLOAD_COLUMNS, key=("name",))
+_NEW_TASK_GROUPS = Rows(
+    cast(Table, TaskGroupRow.__table__),
+    ("workload_id", "ordinal", "name", "replicas", "gpu", "gpu_memory", "cpu", "memory"),
+)
 # A task group's columns in the order of `TaskGroup`'s fields.
 TASK_GROUP_COLUMNS = (
     TaskGroupRow.name,
@@ -140,27 +150,15 @@ def _insert(
     session: Session, accepted: list[tuple[Submission, int]]
 ) -> list[tuple[Submission, WorkloadRecord]]:
     connection = session.connection()
-    ids = insert_ids(
-        connection,
-        WORKLOADS,
-        [workload_values(item.spec, queue, item.at) for item, queue in accepted],
-        ("name",),
+    ids = _NEW_WORKLOADS.insert_ids(
+        connection, [workload_values(item.spec, queue, item.at) for item, queue in accepted]
     )
-    connection.execute(
-        insert(_TASK_GROUPS),
+    _NEW_TASK_GROUPS.insert(
+        connection,
         [
-            {
-                "workload_id": workload_id,
-                "ordinal": ordinal,
-                "name": group.name,
-                "replicas": group.replicas,
-                "gpu": group.gpu,
-                "gpu_memory": group.gpu_memory,
-                "cpu": group.cpu,
-                "memory": group.memory,
-            }
+            (workload_id, ordinal, g.name, g.replicas, g.gpu, g.gpu_memory, g.cpu, g.memory)
             for (item, _), workload_id in zip(accepted, ids, strict=True)
-            for ordinal, group in enumerate(item.spec.task_groups)
+            for ordinal, g in enumerate(item.spec.task_groups)
         ],
     )
     add_events(

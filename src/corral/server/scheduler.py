@@ -212,9 +212,12 @@ class SchedulerLoop:
         return replace(snapshot, usage=self.usage), newest, read_at
 
     def _check(self, snapshot: Snapshot, generation: int, newest: int) -> None:
-        full = self.store.snapshot()
-        if self.store.generation != generation:
-            return  # the store moved on; this cycle will not be written
+        # Under the write lock: a write commits and then moves the generation, both while
+        # it holds the lock, so a change read here is one the generation already counts.
+        with self.store.writing():
+            if self.store.generation != generation:
+                return  # the store moved on; this cycle will not be written
+            full = self.store.snapshot()
         # Idle flags come from telemetry and may lag in a kept snapshot by design, and so
         # do the times work has run for (min-runtime), since its last checkpoint and waited
         # (reservations), until the next full read.

@@ -453,6 +453,11 @@ def test_a_scheduler_that_keeps_its_state_decides_as_schedule_does(
         note(f"cycle {step}: {python_code(snapshot)}")
         decisions = scheduler(snapshot, case.config)
         assert decisions == schedule(snapshot, case.config)
+        # What the kept state counts as it goes, against a count of its workloads.
+        kept = scheduler._kept
+        assert kept is not None
+        elastic = [ws for ws in kept.workloads.values() if ws.running and ws.workload.elastic]
+        assert kept.state.elastic_running == len(elastic)
         if data.draw(st.integers(0, 4), label="apply"):
             snapshot = apply_decisions(snapshot, decisions)
         names = [w.name for w in snapshot.workloads]

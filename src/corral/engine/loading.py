@@ -136,14 +136,15 @@ def _carry_over(ws: WorkloadState, workload: Workload) -> None:
 
 
 def _runs_as(ws: WorkloadState, workload: Workload) -> bool:
-    """Whether `workload` has the same tasks, in the same queue, at the same priority,
-    running where `ws` has."""
+    """Whether `workload` has the same tasks, in the same queue, at the same priority and
+    minimum (so as elastic), running where `ws` has."""
     old = ws.workload
     if old is not workload and (
         old.queue != workload.queue
         or old.task_groups != workload.task_groups
         or old.preemptible != workload.preemptible
         or old.priority != workload.priority
+        or old.min_available != workload.min_available
         or old.node_selector != workload.node_selector
     ):
         return False

@@ -285,6 +285,8 @@ class ClusterState:
         self._kind_of_class: list[int] | None = None
         self.caches = PlacementCaches()
         self.queues = queues
+        # How many elastic workloads have a task running (none: nothing may grow).
+        self.elastic_running = 0
         self.max_devices = max((node.gpus for node in ordered), default=0)
         self._kinds = 1
         # buckets[c]: schedulable nodes with exactly c wholly free devices, in name order
@@ -344,7 +346,7 @@ class ClusterState:
             node.free_gpu = node.node.gpus - sum(used)
         self._count(workload, placement, group, 1.0)
         if not workload.running:
-            workload.queue.running_priorities[workload.workload.priority] += 1
+            self._starts_running(workload)
         workload.running[placement.task] = placement
 
     def add(self, workload: WorkloadState, placement: Placement) -> None:
@@ -446,7 +448,7 @@ class ClusterState:
     def _add(self, workload: WorkloadState, placement: Placement) -> None:
         self._use(workload, placement, 1.0)
         if not workload.running:
-            workload.queue.running_priorities[workload.workload.priority] += 1
+            self._starts_running(workload)
         workload.running[placement.task] = placement
 
     def _remove(self, workload: WorkloadState, placement: Placement) -> None:
@@ -459,6 +461,14 @@ class ClusterState:
                 del counts[priority]
             else:
                 counts[priority] -= 1
+            if workload.workload.elastic:
+                self.elastic_running -= 1
+
+    def _starts_running(self, workload: WorkloadState) -> None:
+        """Count a workload whose first task is being added as running."""
+        workload.queue.running_priorities[workload.workload.priority] += 1
+        if workload.workload.elastic:
+            self.elastic_running += 1
 
     def _use(self, workload: WorkloadState, placement: Placement, sign: float) -> None:
         node = self.by_name[placement.node]

@@ -126,6 +126,8 @@ class Reclaim:
         """Running elastic workloads grow by reclaim, one task at a time, while their
         queues stay within their fair share (pending work was served first)."""
         session = self.session
+        if not session.state.elastic_running:
+            return
         for ws in session.workloads:
             # Most work is not elastic: the cheapest test first.
             if ws.workload.min_available is None or not ws.running:

@@ -311,20 +311,9 @@ class Placer:
         cpu, memory = group.cpu, group.memory
         found: list[int] = []
         bucket = state.kind_buckets[kind][free]
-        if free == state.kind_gpus[kind] and state.pristine[kind] == len(bucket):
-            # Every node here runs nothing and looks the same: the first one that may be
-            # used stands for all (what the scan below finds, without looking at them).
-            for scanned, index in enumerate(bucket):
-                if scanned == SCANNED_PER_BUCKET:
-                    break
-                if allowed is not None and index not in allowed:
-                    continue
-                node = nodes[index]
-                if node.free_cpu + EPSILON >= cpu and node.free_memory + EPSILON >= memory:
-                    found.append(index)
-                break
-            self._bucket_cache[key] = (stamp, found)
-            return found
+        # Every node here runs nothing and looks the same: the first one that may be used
+        # stands for all (what the scan finds, without looking at the others).
+        alike = free == state.kind_gpus[kind] and state.pristine[kind] == len(bucket)
         # Nodes in the same state score the same: the first of them stands for all.
         seen: set[tuple[tuple[float, ...], float, float]] = set()
         for scanned, index in enumerate(bucket):
@@ -341,6 +330,8 @@ class Placer:
                 found.append(index)
                 if len(seen) == FITTING_PER_BUCKET:
                     break
+            if alike:
+                break
         self._bucket_cache[key] = (stamp, found)
         return found
 

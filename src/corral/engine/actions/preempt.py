@@ -5,11 +5,9 @@ from __future__ import annotations
 import math
 
 from corral.engine.eviction import Unit, VictimSearch
-from corral.engine.kinds import GPU
-from corral.engine.quota import deserved_block, quota_block
+from corral.engine.quota import deserved_block
 from corral.engine.session import Session
 from corral.engine.state import Candidate, WorkloadState
-from corral.model.resources import EPSILON
 
 
 class Preempt:
@@ -69,7 +67,8 @@ class Preempt:
         if not self.could_preempt(priority, min(ws.queue.running_priorities, default=math.inf)):
             # Nothing below it runs in its queue, so there is no victim: only a try as
             # things are (what the search below would make, and nothing more).
-            return self._fits_as_is(candidate), None
+            placed, _ = self.victims.evict_for(candidate, lambda: None, "preempt")
+            return placed, None
 
         def next_victim() -> Unit | None:
             return self.victims.first_unit(ws.queue, ws, priority)
@@ -83,20 +82,6 @@ class Preempt:
             self.session.note(ws, note)
             return False, note
         return placed, None
-
-    def _fits_as_is(self, candidate: Candidate) -> bool:
-        """Place the candidate as things are, if it fits."""
-        session = self.session
-        state = session.state
-        ws = candidate.workload
-        if (
-            candidate.request[GPU] <= state.free_gpu + EPSILON
-            and quota_block(ws, candidate.request) is None
-            and not isinstance(session.place_checked(ws, candidate.tasks), str)
-        ):
-            state.journal.clear()
-            return True
-        return False
 
     def _runs_lower(self, ws: WorkloadState, priority: int) -> bool:
         """Whether work below `priority` runs in the workload's queue."""

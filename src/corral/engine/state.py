@@ -455,20 +455,24 @@ class ClusterState:
         self._use(workload, placement, -1.0)
         del workload.running[placement.task]
         if not workload.running:
-            counts = workload.queue.running_priorities
-            priority = workload.workload.priority
-            if counts[priority] == 1:
-                del counts[priority]
-            else:
-                counts[priority] -= 1
-            if workload.workload.elastic:
-                self.elastic_running -= 1
+            self._stops_running(workload)
 
     def _starts_running(self, workload: WorkloadState) -> None:
         """Count a workload whose first task is being added as running."""
         workload.queue.running_priorities[workload.workload.priority] += 1
         if workload.workload.elastic:
             self.elastic_running += 1
+
+    def _stops_running(self, workload: WorkloadState) -> None:
+        """Uncount a workload whose last running task was taken off."""
+        counts = workload.queue.running_priorities
+        priority = workload.workload.priority
+        if counts[priority] == 1:
+            del counts[priority]
+        else:
+            counts[priority] -= 1
+        if workload.workload.elastic:
+            self.elastic_running -= 1
 
     def _use(self, workload: WorkloadState, placement: Placement, sign: float) -> None:
         node = self.by_name[placement.node]

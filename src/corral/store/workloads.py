@@ -37,10 +37,6 @@ from corral.store.schema import (
 # The tables, for statements that write many rows at once without the ORM.
 WORKLOADS = cast(Table, WorkloadRow.__table__)
 _NEW_WORKLOADS = Rows(WORKLOADS, WORKLOAD_COLUMNS, key=("name",))
-_NEW_TASK_GROUPS = Rows(
-    cast(Table, TaskGroupRow.__table__),
-    ("workload_id", "ordinal", "name", "replicas", "gpu", "gpu_memory", "cpu", "memory"),
-)
 # A task group's columns in the order of `TaskGroup`'s fields.
 TASK_GROUP_COLUMNS = (
     TaskGroupRow.name,
@@ -49,6 +45,10 @@ TASK_GROUP_COLUMNS = (
     TaskGroupRow.gpu_memory,
     TaskGroupRow.cpu,
     TaskGroupRow.memory,
+)
+_NEW_TASK_GROUPS = Rows(
+    cast(Table, TaskGroupRow.__table__),
+    ("workload_id", "ordinal", *(column.key for column in TASK_GROUP_COLUMNS)),
 )
 
 # A submission's checks, made once: building them (an alias above all) cost more than

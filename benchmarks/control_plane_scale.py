@@ -43,7 +43,7 @@ from corral.messages import Reports, TaskLaunch, TaskStop
 from corral.model import GIB, Node
 from corral.model.spec import Device, NodeSpec
 from corral.server.app import create_app
-from corral.server.main import open_store, switch_interval, tune_collector
+from corral.server.main import open_store, tune_interpreter
 from corral.store import Store
 
 GPUS_PER_NODE = 8
@@ -209,8 +209,7 @@ def main() -> None:
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     # As `corral server` sets up its process.
-    switch_interval()
-    tune_collector()
+    tune_interpreter()
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)

@@ -59,7 +59,9 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run_uvicorn(app: object, sock: socket.socket) -> None:
-    """Serve `app` on the socket `listen` bound, until interrupted."""
+    """Serve `app` on the socket `listen` bound, until interrupted, in an interpreter set
+    up for a server (`tune_interpreter`)."""
+    tune_interpreter()
     # No access log: at level warning it was never written, but uvicorn still formatted
     # each request's client address and path for it.
     config = uvicorn.Config(app, log_level="warning", access_log=False)  # type: ignore[arg-type]
@@ -168,8 +170,6 @@ def serve(
     print(f"corral server on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"store: {store.url.split('@')[-1]}", flush=True)
     show_first_token(token, data_dir)
-    switch_interval()
-    tune_collector()
     run_uvicorn(app, sock)
 
 
@@ -183,6 +183,12 @@ def show_first_token(token: str | None, data_dir: Path) -> None:
         print(f"admin token (shown once; also in {path}): {token}", flush=True)
     else:
         print(f"admin token written to {path} (readable by its owner only)", flush=True)
+
+
+def tune_interpreter() -> None:
+    """The interpreter settings of a server process: `switch_interval`, `tune_collector`."""
+    switch_interval()
+    tune_collector()
 
 
 def switch_interval() -> None:
@@ -246,8 +252,6 @@ def up(
         print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
         if token is not None:
             print(f"admin token (shown once): {token}", flush=True)
-        switch_interval()
-        tune_collector()
         run_uvicorn(app, sock)
         return
     found = discover(virtual_gpus, virtual_model, virtual_memory)
@@ -281,8 +285,6 @@ def up(
         print(line, flush=True)
     print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
     show_first_token(token, data_dir)
-    switch_interval()
-    tune_collector()
     run_uvicorn(app, sock)
 
 

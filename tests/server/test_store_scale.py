@@ -1,25 +1,39 @@
 """The reads and writes the control plane makes at cluster scale, and what they must keep:
 every node and all bound work in a few plain selects (the same records as the reads of
 one node or one workload give), agents' reports many to a transaction (in order, each as
-it would be alone), and a scheduler that re-reads only the workloads whose tasks ended.
+it would be alone), a scheduler that re-reads only the workloads whose tasks ended,
+cycles that name more workloads than a statement takes parameters, and PostgreSQL's
+statistics kept up with a burst of submissions.
 
 Each runs against a real store in this process, on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from corral.messages import Reports, TaskLaunch, TaskStop
-from corral.model import Decisions, Node, Placement, Queue, Resources, TaskGroup
+from corral.model import (
+    Decisions,
+    Eviction,
+    Node,
+    Placement,
+    Queue,
+    Resources,
+    TaskGroup,
+    Workload,
+)
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.server.dispatch import Dispatcher
 from corral.server.reports import ReportWriter
 from corral.server.scheduler import SchedulerLoop
-from corral.store import Store
+from corral.store import Store, database
+from corral.store.database import ANALYZE_ROWS
 from corral.store.records import NodeState
 from corral.store.reports import Beat, Ended, Outcome, Started
 
@@ -216,6 +230,92 @@ def test_the_scheduler_reads_again_only_the_workloads_whose_tasks_ended(
     assert loop.full_snapshots == 1
     assert set(decisions.bindings) == {"waiting"}
     dispatcher.reports.stop()
+
+
+# More workloads than a PostgreSQL statement takes parameters (65,535).
+WIDE = 66_000
+
+
+def test_a_cycle_may_name_more_workloads_than_a_statement_takes_parameters(
+    store: Store,
+) -> None:
+    # 1,200 GPUs, one workload on each (more than one IN list of bulk.CHUNK), and every
+    # other workload pending: the cycle's writes and the scheduler's reads by name.
+    store.create_queue(Queue("team", deserved=Resources(gpu=1200)))
+    for index in range(300):
+        store.register_node(node(f"n{index}"))
+    names = [f"w{i}" for i in range(WIDE)]
+    for start in range(0, WIDE, 1000):
+        outcomes = store.submit_many([spec(name) for name in names[start : start + 1000]])
+        assert not [o for o in outcomes if isinstance(o, Exception)]
+    placed = names[:1200]
+    bindings = {n: (Placement(0, f"n{i // 4}", (i % 4,), 1.0),) for i, n in enumerate(placed)}
+    store.apply(Decisions(bindings, (), {name: "waits" for name in names[1200:]}, {}))
+    assert store.get_workload(placed[-1]).status == "running"
+    assert [store.get_workload(n).reason for n in (names[1200], names[-1])] == ["waits"] * 2
+    # Evicted: 1,000 workloads go back to pending, their allocation intervals closed.
+    evicted = placed[:1000]
+    store.apply(
+        Decisions({}, tuple(Eviction(n, (0,), "reclaim", "other", "test") for n in evicted), {}, {})
+    )
+    assert store.get_workload(evicted[-1]).status == "pending"
+    assert store.get_workload(placed[-1]).status == "running"
+    # Read by name, all of them: as the full read has them, in the same order (the
+    # times they have run and waited aside, which grow between the two reads).
+    snapshot, newest = store.read_snapshot()
+    assert len(snapshot.workloads) == WIDE
+    named = store.named_workloads(reversed(names), newest)
+    assert [_timeless(w) for w in named] == [_timeless(w) for w in snapshot.workloads]
+
+
+def _timeless(workload: Workload) -> Workload:
+    return replace(workload, running_for=None, since_checkpoint=None, waiting_for=None)
+
+
+@pytest.mark.parametrize("store", ["postgresql"], indirect=True)
+def test_postgresql_statistics_follow_a_burst_of_submissions(store: Store) -> None:
+    # Autovacuum would refresh them too, about once a minute: not within this test.
+    with store.engine.begin() as connection:
+        for table in ("workloads", "task_groups"):
+            connection.execute(text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
+
+    def counted() -> list[float]:
+        with store.engine.connect() as connection:
+            return [
+                connection.execute(
+                    text("SELECT reltuples FROM pg_class WHERE relname = :table"),
+                    {"table": table},
+                ).scalar_one()
+                for table in ("workloads", "task_groups")
+            ]
+
+    store.create_queue(Queue("team", deserved=Resources(gpu=8)))
+    assert counted() == [-1, -1]  # never analyzed
+    store.submit_many([spec(f"a{i}") for i in range(ANALYZE_ROWS - 1)])
+    assert counted() == [-1, -1]
+    store.submit(spec("one-more"))  # alone, as a request's submission is written
+    assert counted() == [ANALYZE_ROWS, ANALYZE_ROWS]
+    # Then when they have grown by ANALYZE_ROWS again (a fifth of 1,000 is fewer).
+    store.submit_all([spec(f"b{i}") for i in range(ANALYZE_ROWS - 1)])
+    assert counted() == [ANALYZE_ROWS, ANALYZE_ROWS]
+    store.submit_many([spec("last")])
+    assert counted() == [2 * ANALYZE_ROWS, 2 * ANALYZE_ROWS]
+
+
+@pytest.mark.parametrize("store", ["postgresql"], indirect=True)
+def test_statistics_that_cannot_be_refreshed_fail_no_submission(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.create_queue(Queue("team", deserved=Resources(gpu=8)))
+    monkeypatch.setattr(database, "_GROWN", ("no_such_table",))
+    outcomes = store.submit_many([spec(f"a{i}") for i in range(ANALYZE_ROWS)])
+    assert not [o for o in outcomes if isinstance(o, Exception)]
+    assert store.get_workload("a0").status == "pending"
+    assert "could not refresh the planner's statistics" in caplog.text
+    # Tried again with the next submission.
+    caplog.clear()
+    store.submit(spec("next"))
+    assert "could not refresh the planner's statistics" in caplog.text
 
 
 class _NoCluster:

@@ -23,15 +23,17 @@ key in between.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Dialect, Table
+from sqlalchemy import Connection, Dialect, Executable, Row, Table
 from sqlalchemy.exc import DBAPIError
 
-# Values per IN list when reading the ids back (SQLite's default bound is 32,766 variables,
-# older builds 999).
+# Values per IN list (SQLite's default bound is 32,766 variables per statement, older
+# builds 999; PostgreSQL's 65,535).
 CHUNK = 900
+
+_T = TypeVar("_T")
 # The driver's placeholder of a positional parameter, by SQLAlchemy's paramstyle.
 _PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
@@ -84,10 +86,9 @@ class Rows:
         placeholder = _placeholder(connection.dialect)
         wanted = list({row[self._key[0]] for row in rows})
         found: dict[tuple[Any, ...], int] = {}
-        for start in range(0, len(wanted), CHUNK):
-            chunk = tuple(wanted[start : start + CHUNK])
+        for chunk in chunks(wanted):
             query = f"{select}{', '.join([placeholder] * len(chunk))})"
-            for row in connection.exec_driver_sql(query, chunk):
+            for row in connection.exec_driver_sql(query, tuple(chunk)):
                 found[tuple(row[1:])] = row[0]
         return [found[tuple(row[index] for index in self._key)] for row in rows]
 
@@ -106,6 +107,26 @@ class Rows:
             )
             self._statements[dialect.name] = made
         return made
+
+
+def chunks(values: Iterable[_T]) -> Iterator[list[_T]]:
+    """`values` in lists of at most `CHUNK`, one per statement of an IN list: a cycle may
+    name more workloads than a statement may carry parameters."""
+    listed = list(values)
+    for start in range(0, len(listed), CHUNK):
+        yield listed[start : start + CHUNK]
+
+
+def read_in(
+    connection: Connection, statement: Executable, key: str, values: Iterable[Any], **given: Any
+) -> list[Row[*tuple[Any, ...]]]:
+    """The rows of `statement`, whose expanding parameter `key` is given `values`, run once
+    per chunk of them (`chunks`): by chunk, in each chunk's order."""
+    return [
+        row
+        for chunk in chunks(values)
+        for row in connection.execute(statement, {**given, key: chunk})
+    ]
 
 
 def _placeholder(dialect: Dialect) -> str:

@@ -8,6 +8,7 @@ scheduler loop and API requests never interleave half-done changes. `read`, `wri
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -17,12 +18,23 @@ from typing import Any
 import orjson
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger("corral.store")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # How many generations remember which workloads their change touched (`changed_since`).
 JOURNAL = 4096
+# PostgreSQL plans by statistics that autovacuum refreshes about once a minute. A burst
+# of submissions outgrows them in seconds, and plans made from them filter the whole
+# table by each name (at 50,000 workloads a name lookup of a batch took 0.5 s, not 5 ms).
+# The store refreshes them itself when the tables it grows have grown by this fraction
+# since it last did, and by at least `ANALYZE_ROWS` workloads.
+ANALYZE_GROWTH = 0.2
+ANALYZE_ROWS = 1000
+_GROWN = ("workloads", "task_groups")
 
 
 def database_url(data_dir: Path | None, url: str | None) -> str:
@@ -60,6 +72,11 @@ class Database:
         # Generation -> the only workloads its change touched, or None when it may have
         # touched anything (see `changed_since`).
         self._journal: dict[int, frozenset[str] | None] = {}
+        # Workloads added since the planner's statistics were last refreshed, and how
+        # many it counted then (see `grew`).
+        self._growth_lock = threading.Lock()
+        self._grown = 0
+        self._analyzed = 0.0
         self.migrate()
 
     def migrate(self) -> None:
@@ -117,6 +134,34 @@ class Database:
                 return None
             names |= touched
         return frozenset(names)
+
+    def grew(self, workloads: int) -> None:
+        """Count `workloads` new workloads committed (with their task groups). On
+        PostgreSQL, refresh the planner's statistics of their tables once they have grown
+        enough (`ANALYZE_GROWTH`). Call it outside the write lock: ANALYZE blocks no
+        writer, and should not make writers wait."""
+        if self.sqlite or workloads <= 0:
+            return
+        with self._growth_lock:
+            self._grown += workloads
+            if self._grown < max(ANALYZE_ROWS, ANALYZE_GROWTH * self._analyzed):
+                return
+            self._grown = 0
+        # The workloads are committed: a failure here fails no submission, and the next
+        # one tries again.
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(text(f"ANALYZE {', '.join(_GROWN)}"))
+                counted = connection.execute(
+                    text("SELECT reltuples FROM pg_class WHERE relname = 'workloads'")
+                ).scalar()
+                connection.commit()
+        except SQLAlchemyError as error:
+            log.warning("could not refresh the planner's statistics: %s", error)
+            with self._growth_lock:
+                self._grown += ANALYZE_ROWS
+            return
+        self._analyzed = max(float(counted or 0.0), 0.0)
 
     @contextmanager
     def read(self) -> Iterator[Session]:

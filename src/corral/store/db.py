@@ -184,11 +184,13 @@ class Store(Database):
         item = Submission(spec, time.time())
         with self._queue_lock:
             self._queued.append(item)
+        written = 0
         with self.writing():
             if not item.done:
                 with self._queue_lock:
                     batch, self._queued = self._queued, []
-                self._submit_batch(batch)
+                written = self._submit_batch(batch)
+        self.grew(written)
         outcome = item.outcome()
         if isinstance(outcome, Exception):
             raise outcome
@@ -211,7 +213,8 @@ class Store(Database):
             for spec, key, audit in zip(specs, keys or nothing, audits or nothing, strict=True)
         ]
         with self.writing():
-            self._submit_batch(batch)
+            written = self._submit_batch(batch)
+        self.grew(written)
         return [item.outcome() for item in batch]
 
     def submit_all(
@@ -231,6 +234,7 @@ class Store(Database):
             written = workloads.insert_submissions(session, batch, atomic=True)
             if key is not None:
                 idempotency.remember(session, key, [spec.name for spec in specs], now)
+        self.grew(len(written))
         return [record for _, record in written]
 
     def replayed(self, replay: Replayed) -> list[WorkloadRecord]:
@@ -242,7 +246,8 @@ class Store(Database):
             }
         return [found[name] for name in replay.workloads if name in found]
 
-    def _submit_batch(self, batch: list[Submission]) -> None:
+    def _submit_batch(self, batch: list[Submission]) -> int:
+        """Write the batch (see `submit`); returns how many workloads were written."""
         # A new pending workload is not in a cycle's snapshot and changes nothing it
         # decided: submissions do not bump the generation.
         try:
@@ -252,17 +257,17 @@ class Store(Database):
             if len(batch) == 1:
                 batch[0].error = error
                 batch[0].done = True
-                return
+                return 0
             # Something none of the checks foresaw: write each alone, so that only the
             # submission at fault fails.
             for item in batch:
                 item.error = None
-                self._submit_batch([item])
-            return
+            return sum(self._submit_batch([item]) for item in batch)
         for item, record in written:
             item.record = record
         for item in batch:
             item.done = True
+        return len(written)
 
     def get_workload(self, name: str) -> WorkloadRecord:
         """The workload; NotFound when there is none."""

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Decisions, Node, Placement, Snapshot, TaskGroup, Topology, Workload
 from corral.model.durations import lost_work_phrase
-from corral.store.bulk import CHUNK
+from corral.store.bulk import chunks, read_in
 from corral.store.convert import queue_from_row
 from corral.store.events import add_event, add_events, event_values
 from corral.store.records import ACTIVE, Release
@@ -101,6 +101,14 @@ _BY_NAME = _Reads.of((_ACTIVE, _NAMED, _UP_TO), (_ACTIVE, _NAMED, _UP_TO))
 _FOUND = select(
     WorkloadRow.id, WorkloadRow.name, WorkloadRow.status, WorkloadRow.reason, WorkloadRow.launches
 ).where(_NAMED)
+_RUNNING_MEMBERS = (
+    select(WorkloadRow.array_name, func.count())
+    .where(
+        WorkloadRow.array_name.in_(bindparam("arrays", expanding=True)),
+        WorkloadRow.status == "running",
+    )
+    .group_by(WorkloadRow.array_name)
+)
 _NODE_IDS = select(NodeRow.name, NodeRow.id).where(
     NodeRow.name.in_(bindparam("names", expanding=True))
 )
@@ -200,23 +208,30 @@ def active_workloads(
     the columns the engine reads: this runs every cycle."""
     # Work that waits for its dependencies is left out until they are met
     # (`lifecycle.resolve_holds`).
-    reads, given = (
-        (_BY_ID, {"after": after})
-        if named is None
-        else (_BY_NAME, {"names": named[0], "up_to": named[1]})
-    )
     connection = session.connection()
-    rows = connection.execute(reads.workloads, given).all()
+    reads, given = (_BY_ID, {"after": after}) if named is None else (_BY_NAME, {"up_to": named[1]})
+
+    def fetch(
+        statement: Select[*tuple[Any, ...]], given: dict[str, Any]
+    ) -> list[Row[*tuple[Any, ...]]]:
+        # Fetched whole, not row by row (fetchone a row): a full read has one for every
+        # task. Names by chunks: any number of workloads may have changed.
+        if named is None:
+            return list(connection.execute(statement, given).all())
+        return read_in(connection, statement, "names", named[0], **given)
+
+    rows = fetch(reads.workloads, given)
     if not rows:
         return (), after
+    if named is not None:
+        rows.sort(key=lambda row: row.id)  # by id across the chunks
     # Task groups and placements of the workloads just read, and of no later ones: a
     # workload and its task groups are committed together, so every row read has its own.
     newest: int = rows[-1].id
     rows = _within_array_limits(connection, rows)
     span = {**given, "up_to": newest}
-    # Fetched whole, not row by row (fetchone a row): a full read has one for every task.
-    groups = group_rows(connection.execute(reads.groups, span).all())
-    placed, started = _placements(connection.execute(reads.placements, span).all())
+    groups = group_rows(fetch(reads.groups, span))
+    placed, started = _placements(fetch(reads.placements, span))
     now = time.time()
     workloads = tuple(_workload(row, groups, placed, started, idle, now) for row in rows)
     return workloads, newest
@@ -295,13 +310,7 @@ def _within_array_limits(
     limited = {row[3] for row in rows if row[4] is not None}
     if not limited:
         return list(rows)
-    running = dict(
-        connection.execute(
-            select(WorkloadRow.array_name, func.count())
-            .where(WorkloadRow.array_name.in_(limited), WorkloadRow.status == "running")
-            .group_by(WorkloadRow.array_name)
-        ).all()
-    )
+    running = dict(read_in(connection, _RUNNING_MEMBERS, "arrays", limited))
     offered: dict[str, int] = {}
     kept = []
     for row in rows:
@@ -335,11 +344,7 @@ def apply(session: Session, decisions: Decisions) -> list[Release]:
     names = set(decisions.bindings) | set(decisions.pending)
     # Plain rows and statements run once for many rows: a burst of submissions binds
     # hundreds of workloads in one cycle.
-    found = (
-        {row.name: row for row in session.connection().execute(_FOUND, {"names": list(names)})}
-        if names
-        else {}
-    )
+    found = {row.name: row for row in read_in(session.connection(), _FOUND, "names", names)}
     if decisions.bindings:
         _bind(
             session, decisions, {name: (row.id, row.launches) for name, row in found.items()}, now
@@ -360,7 +365,7 @@ def _bind(
     """Place the bound tasks (`rows`: workload name -> id and launches so far)."""
     connection = session.connection()
     used = {p.node for placements in decisions.bindings.values() for p in placements}
-    node_ids = dict(connection.execute(_NODE_IDS, {"names": list(used)}).all())
+    node_ids = dict(read_in(connection, _NODE_IDS, "names", used))
     # The evictions' deletes first: a device they free may be bound again here.
     session.flush()
     insert_placements(
@@ -379,9 +384,8 @@ def _bind(
             for placement in placements
         ],
     )
-    bound = [rows[name][0] for name in decisions.bindings]
-    for start in range(0, len(bound), CHUNK):
-        connection.execute(_BOUND, {"ids": bound[start : start + CHUNK], "now": now})
+    for ids in chunks(rows[name][0] for name in decisions.bindings):
+        connection.execute(_BOUND, {"ids": ids, "now": now})
     add_events(
         session,
         [
@@ -403,9 +407,10 @@ def _apply_evictions(session: Session, decisions: Decisions) -> list[Release]:
         return []
     rows = {
         row.name: row
+        for names in chunks({e.workload for e in decisions.evictions})
         for row in session.scalars(
             select(WorkloadRow)
-            .where(WorkloadRow.name.in_({e.workload for e in decisions.evictions}))
+            .where(WorkloadRow.name.in_(names))
             .options(selectinload(WorkloadRow.placements))
         ).all()
     }

@@ -37,7 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from corral.store.bulk import Rows
+from corral.store.bulk import Rows, chunks, read_in
 from corral.store.database import Database, json_text
 from corral.store.records import STATUSES
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
@@ -82,11 +82,12 @@ def _write_intervals(session: Session, _context: Any) -> None:
     bound: list[PlacementRow] = session.info.pop(_BOUND, [])
     released: list[int] = session.info.pop(_RELEASED, [])
     connection = session.connection()
-    if released:
+    now = time.time()
+    for ids in chunks(released):
         connection.execute(
             update(AllocationRow)
-            .where(AllocationRow.placement_id.in_(released), AllocationRow.end.is_(None))
-            .values(end=time.time())
+            .where(AllocationRow.placement_id.in_(ids), AllocationRow.end.is_(None))
+            .values(end=now)
         )
     if bound:
         _open_intervals(connection, [Bound.of(row) for row in bound])
@@ -175,12 +176,10 @@ _ALLOCATIONS = Rows(
 def _open_intervals(connection: Connection, bound: list[Bound]) -> None:
     workloads = {
         row[0]: row
-        for row in connection.execute(
-            _BOUND_WORKLOADS, {"ids": list({p.workload_id for p in bound})}
-        )
+        for row in read_in(connection, _BOUND_WORKLOADS, "ids", {p.workload_id for p in bound})
     }
     queues = {row.id: row for row in connection.execute(_QUEUES)}
-    nodes = dict(connection.execute(_BOUND_NODES, {"ids": list({p.node_id for p in bound})}).all())
+    nodes = dict(read_in(connection, _BOUND_NODES, "ids", {p.node_id for p in bound}))
     # A queue's project and departments (as JSON), worked out once per queue.
     paths: dict[int, tuple[str, str]] = {}
     rows = []

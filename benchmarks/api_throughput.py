@@ -62,6 +62,8 @@ from typing import Any
 
 import httpx
 
+from bench_support import postgres_url
+
 # Issue 18's targets, by backend: submissions/s with 16 clients, submit-to-bound p50 (ms).
 SUBMITS_TARGET = {"sqlite": 1500.0, "postgresql": 1000.0}
 LATENCY_TARGET_MS = {"sqlite": 15.0, "postgresql": 25.0}
@@ -121,20 +123,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-@contextmanager
-def postgres_url() -> Iterator[str]:
-    """A fresh database on a PostgreSQL server started by pgserver for this run."""
-    import pgserver
-
-    root = tempfile.mkdtemp(prefix="corral-bench-pg-")
-    server = pgserver.get_server(root, cleanup_mode="stop")
-    try:
-        server.psql("CREATE DATABASE corral_bench;")
-        yield server.get_uri().replace("/postgres?", "/corral_bench?")
-    finally:
-        server.cleanup()
 
 
 @contextmanager

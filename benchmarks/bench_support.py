@@ -1,10 +1,13 @@
-"""What the simulator's benchmarks share: where the traces are, and small table printing."""
+"""What the benchmarks share: where the traces are, small table printing, and a fresh
+PostgreSQL database."""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,3 +31,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
     rule = "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|"
     return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+
+@contextmanager
+def postgres_url() -> Iterator[str]:
+    """A fresh database on a PostgreSQL server started by pgserver for this run."""
+    import pgserver
+
+    root = tempfile.mkdtemp(prefix="corral-bench-pg-")
+    server = pgserver.get_server(root, cleanup_mode="stop")
+    try:
+        server.psql("CREATE DATABASE corral_bench;")
+        yield server.get_uri().replace("/postgres?", "/corral_bench?")
+    finally:
+        server.cleanup()

@@ -1,6 +1,7 @@
 """Simulator speed: a full replay of the Philly job table (82,247 jobs) per policy.
 
-    python benchmarks/sim_speed.py [--gpus N] [--policy P ...] [--baseline-jobs N] [--json]
+    python benchmarks/sim_speed.py [--gpus N] [--policy P ...] [--baseline-jobs N]
+                                   [--repeat N] [--json]
 
 The cluster is --gpus GPUs (default 752: twice the trace's mean demand, about where the
 shared pool's p95 queueing delay is 2 hours) in nodes of 8, with quotas in proportion to
@@ -12,8 +13,12 @@ those shortcuts (every cycle an event asks for, on all pending work), measured o
 first --baseline-jobs jobs and compared on the same jobs.
 
 Prints wall and CPU seconds (the machine may be shared: CPU seconds are the steadier
-figure). With --json the last line is one JSON object:
-{"seconds": {"static": ..., "fifo": ..., "corral": ...}, "cpu_seconds": {...}, ...}
+figure). With --repeat N each policy's full replay runs N times, the policies taking
+turns, and the fastest run of each is reported: a virtual machine's speed drifts over
+minutes, and taking turns exposes every policy to the same drift. With --json the last
+line is one JSON object:
+{"seconds": {"static": ..., "fifo": ..., "corral": ...}, "cpu_seconds": {...},
+ "corral_over_fifo": ..., ...}
 """
 
 from __future__ import annotations
@@ -60,12 +65,26 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=752)
     parser.add_argument("--policy", action="append", help="static, fifo, corral (default all)")
     parser.add_argument("--baseline-jobs", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=1, help="full replays per policy")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1")
     policies = args.policy or ["static", "fifo", "corral"]
     trace = load_trace("philly", root=traces_dir())
     print(f"Philly: {len(trace.jobs):,} jobs on {args.gpus} GPUs, cycles every 10 s\n")
-    full = {policy: replay(policy, trace, args.gpus, True) for policy in policies}
+    full: dict[str, dict[str, float]] = {}
+    for _ in range(args.repeat):
+        for policy in policies:
+            run = replay(policy, trace, args.gpus, True)
+            best = full.get(policy)
+            if best is not None and (best["cycles"], best["p95_hours"]) != (
+                run["cycles"],
+                run["p95_hours"],
+            ):
+                raise SystemExit(f"{policy}: a repeated replay decided differently")
+            if best is None or run["cpu"] < best["cpu"]:
+                full[policy] = run
     rows = [
         [
             policy,
@@ -107,6 +126,11 @@ def main() -> None:
                 {
                     "seconds": {p: round(r["wall"], 1) for p, r in full.items()},
                     "cpu_seconds": {p: round(r["cpu"], 1) for p, r in full.items()},
+                    **(
+                        {"corral_over_fifo": round(full["corral"]["cpu"] / full["fifo"]["cpu"], 3)}
+                        if {"corral", "fifo"} <= full.keys()
+                        else {}
+                    ),
                     "shortcut_speedup": {p: round(v, 2) for p, v in speedups.items()},
                 }
             )

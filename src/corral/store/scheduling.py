@@ -212,13 +212,13 @@ def active_workloads(
     reads, given = (_BY_ID, {"after": after}) if named is None else (_BY_NAME, {"up_to": named[1]})
 
     def fetch(
-        statement: Select[*tuple[Any, ...]], given: dict[str, Any]
+        statement: Select[*tuple[Any, ...]], params: dict[str, Any]
     ) -> list[Row[*tuple[Any, ...]]]:
         # Fetched whole, not row by row (fetchone a row): a full read has one for every
         # task. Names by chunks: any number of workloads may have changed.
         if named is None:
-            return list(connection.execute(statement, given).all())
-        return read_in(connection, statement, "names", named[0], **given)
+            return list(connection.execute(statement, params).all())
+        return read_in(connection, statement, "names", named[0], **params)
 
     rows = fetch(reads.workloads, given)
     if not rows:

@@ -29,7 +29,7 @@ from strategies import (
 )
 
 from corral.engine import Claim, Scheduler, apply_decisions, divide, schedule
-from corral.engine.state import Candidate
+from corral.engine.ordering import FairOrder
 from corral.model import (
     GIB,
     Decisions,
@@ -428,12 +428,13 @@ def test_alike_work_is_decided_as_if_each_were_tried(case: Case) -> None:
     """Taking the reason of the alike candidate before it decides exactly what trying
     each one in turn decides: bindings, evictions, pending reasons, queue totals."""
     batched = schedule(case.snapshot, case.config)
-    alike = Candidate.alike
-    Candidate.alike = lambda self, other: False  # type: ignore[method-assign]
+    take_alike = FairOrder.take_alike
+    # Nothing is alike: every candidate is tried.
+    FairOrder.take_alike = lambda self, failed: iter(())  # type: ignore[method-assign]
     try:
         one_by_one = schedule(case.snapshot, case.config)
     finally:
-        Candidate.alike = alike  # type: ignore[method-assign]
+        FairOrder.take_alike = take_alike  # type: ignore[method-assign]
     assert batched == one_by_one
 
 

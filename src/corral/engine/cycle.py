@@ -23,7 +23,7 @@ from corral.engine.errors import ConfigError, SnapshotError
 from corral.engine.eviction import VictimSearch
 from corral.engine.fairshare import decayed_weights, divide_tree
 from corral.engine.fragmentation import Fragmentation, Shape, shapes_of
-from corral.engine.kinds import ACTION_NAMES, CPU, GPU, MEMORY, ActionName
+from corral.engine.kinds import ACTION_NAMES, ActionName
 from corral.engine.loading import Loading, load_workloads
 from corral.engine.placement import Placer
 from corral.engine.pools import schedule_pools, uses_pools
@@ -208,7 +208,7 @@ class Cycle:
             previous = {}
             self.shapes = Counter()
             self.demand = None
-        max_memory = max((node.gpu_memory for node in snapshot.nodes if node.gpus), default=0)
+        max_memory = state.max_memory
         # Workloads whose demand is to be worked out (and counted) this cycle.
         changed: list[WorkloadState] = []
         self.loaded = load_workloads(
@@ -316,14 +316,8 @@ def _divide_fair_shares(
         add_up(session.workloads, session.queues.values())
     else:
         demand.set_requested(session.queues.values())
-    capacity = [0.0, 0.0, 0.0]
-    for node in session.state.nodes:
-        if node.node.schedulable:
-            capacity[GPU] += node.node.gpus
-            capacity[CPU] += node.node.cpu
-            capacity[MEMORY] += node.node.memory
     roots = [queue for queue in session.queues.values() if queue.parent is None]
-    for name, share in divide_tree(roots, capacity, gpu_weights).items():
+    for name, share in divide_tree(roots, session.state.capacity, gpu_weights).items():
         queue = session.queues[name]
         # A kept queue whose share is unchanged has its allotment already.
         if queue.fair_share != share:
@@ -366,9 +360,17 @@ def _status(
     same: most queues of a busy cluster change little from one cycle to the next)."""
     weight = weights.get(queue.name)
     used = usage.get(queue.name, 0.0) if queue.name in weights else None
-    key = (*queue.fair_share, *queue.alloc, *queue.requested, weight, used)
-    if queue.status is not None and queue.status[0] == key:
-        return queue.status[1]
+    last = queue.status
+    if last is not None:
+        totals = last[0]
+        if (
+            totals[0] == queue.fair_share
+            and totals[1] == queue.alloc
+            and totals[2] == queue.requested
+            and totals[3] == weight
+            and totals[4] == used
+        ):
+            return last[1]
     status = QueueStatus(
         deserved=as_resources(queue.deserved),
         limit=as_resources(queue.limit),
@@ -378,7 +380,7 @@ def _status(
         weight=weight,
         usage=used,
     )
-    queue.status = (key, status)
+    queue.status = ((queue.fair_share[:], queue.alloc[:], queue.requested[:], weight, used), status)
     return status
 
 

@@ -160,7 +160,7 @@ class VictimSearch:
         if self._victims is None:
             self._victims = {}
             for ws in self.session.workloads:
-                if ws.original and ws.preemptible:
+                if ws.original and ws.workload.preemptible:
                     self._victims.setdefault(ws.queue.name, []).append(ws)
         units = self._units.get(leaf.name)
         if units is None:

@@ -66,7 +66,11 @@ def _divide(
     ):
         # Nobody wants more than its deserved quota: nothing is left to divide.
         return shares
-    remaining = amount - sum(share for share in shares if math.isfinite(share))
+    # What the finite shares take (all of them are, unless a quota is infinite).
+    taken = sum(shares)
+    if not math.isfinite(taken):
+        taken = sum(share for share in shares if math.isfinite(share))
+    remaining = amount - taken
     if len(set(priorities)) == 1:
         # One priority (the usual case): one group, in claim order.
         if remaining > EPSILON:
@@ -90,7 +94,7 @@ def _water_fill(
     """Give `amount` to `members` by weight, capped; updates `shares`, returns what is left."""
     active = [i for i in members if weights[i] > 0 and shares[i] < caps[i] - EPSILON]
     while active and amount > EPSILON:
-        total_weight = sum(weights[i] for i in active)
+        total_weight = sum([weights[i] for i in active])
         capped = []
         given = 0.0
         for i in active:
@@ -149,17 +153,16 @@ def divide_tree(
             else demand
             for queue in siblings
         ]
-        if all(quota == math.inf for quota in deserved):
+        if deserved.count(math.inf) == len(deserved):
             # An unmanaged resource: every queue gets what it asks for, up to its limit.
             divided = caps
         else:
-            override = gpu_weights if gpu_weights and resource == GPU else None
-            weights = [
-                queue.weight[resource]
-                if override is None
-                else override.get(queue.name, queue.weight[resource])
-                for queue in siblings
-            ]
+            if gpu_weights and resource == GPU:
+                weights = [
+                    gpu_weights.get(queue.name, queue.weight[resource]) for queue in siblings
+                ]
+            else:
+                weights = [queue.weight[resource] for queue in siblings]
             divided = _divide(amounts[resource], deserved, caps, weights, priorities)
         by_resource.append(divided)
     shares = {

@@ -61,16 +61,13 @@ class FairOrder:
     def add(self, candidate: Candidate) -> None:
         """Queue a candidate; call `refresh` for its queue before the next `pop`."""
         workload = candidate.workload
-        extra = len(workload.running) - workload.workload.min_tasks if candidate.growth else 0
+        spec = workload.workload
         self._sequence += 1
-        entry = (
-            -workload.workload.priority,
-            1 if candidate.growth else 0,
-            extra,
-            workload.workload.submitted,
-            self._sequence,
-            candidate,
-        )
+        if candidate.growth:
+            extra = len(workload.running) - spec.min_tasks
+            entry = (-spec.priority, 1, extra, spec.submitted, self._sequence, candidate)
+        else:
+            entry = (-spec.priority, 0, 0, spec.submitted, self._sequence, candidate)
         leaf = self._leaves.get(workload.queue.name)
         if leaf is None:
             leaf = self._leaves[workload.queue.name] = _Leaf()
@@ -78,15 +75,23 @@ class FairOrder:
 
     def take_alike(self, failed: Candidate) -> Iterator[Candidate]:
         """Take, one after another, the candidates next in `failed`'s queue that are alike
-        it (`Candidate.alike`), up to the first that runs. Only right after `failed` was
-        tried and changed nothing: its queue's key is then as it was, so they are next in
-        fairness order too, and each would fail as it did."""
+        it, up to the first that runs. Alike are minimum gangs that ask for the same tasks
+        with the same priority, preemptibility and placement constraints (one
+        `WorkloadState.alike_kind`): in one state, where one cannot be placed neither can
+        the other, for the same reason. Only right after `failed` was tried and changed
+        nothing: its queue's key is then as it was, so they are next in fairness order
+        too, and each would fail as it did."""
+        if failed.growth:
+            return
         leaf = self._leaves[failed.workload.queue.name]
-        while (entry := leaf.first()) is not None and entry[-1].alike(failed):
-            if entry[-1].workload.running:
+        kind = failed.workload.alike_kind()
+        while (entry := leaf.first()) is not None:
+            candidate = entry[-1]
+            workload = candidate.workload
+            if candidate.growth or workload.alike_kind() is not kind or workload.running:
                 return
-            leaf.pop()
-            yield entry[-1]
+            leaf.drop(entry)
+            yield candidate
 
     def refresh(self, leaf: QueueState) -> None:
         """Recompute the keys of `leaf` and its ancestors after it changed."""
@@ -214,7 +219,12 @@ class _Leaf:
         """Take the next entry (there must be one)."""
         head = self.first()
         assert head is not None
+        self.drop(head)
+        return head
+
+    def drop(self, head: Entry) -> None:
+        """Take the next entry, `head`, as `first` just gave it."""
         if self.next < len(self.ready) and head is self.ready[self.next]:
             self.next += 1
-            return head
-        return heapq.heappop(self.later)
+        else:
+            heapq.heappop(self.later)

@@ -77,9 +77,7 @@ class Placer:
         self._eligible = state.caches.eligible
         self._largest_cache = state.caches.largest
         self._bucket_cache = state.caches.buckets
-        self._max_device_memory = max(
-            (node.node.gpu_memory for node in state.nodes if node.node.gpus), default=0
-        )
+        self._max_device_memory = state.max_memory
         # Nodes a workload may not use this cycle (held by reservations), when any are.
         self.hold: Callable[[WorkloadState], frozenset[int]] | None = None
         self._without: dict[tuple[Allowed, frozenset[int]], frozenset[int]] = {}

@@ -9,7 +9,7 @@ eviction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from corral.engine.kinds import EVICTED, EvictionKind, Request
 from corral.engine.ordering import InOrder
@@ -47,6 +47,10 @@ class Session:
         # True from the end of allocate until work is evicted or moved: meanwhile the
         # state has only filled up, so pending work that did not fit still does not.
         self.settled = False
+        # Counts the workloads started and evicted or moved so far: the pending work
+        # changes only with it (see `pending`).
+        self.changes = 0
+        self._pending: tuple[tuple[int, int], Sequence[Candidate]] | None = None
         self._by_node: dict[str, list[WorkloadState]] | None = None
         # Backfill reservations, when some queue sets `reserve_after`.
         self.reservations: Reservations | None = None
@@ -74,10 +78,23 @@ class Session:
     def by_node(self) -> dict[str, list[WorkloadState]]:
         """The workloads running on each node as the cycle began."""
         if self._by_node is None:
-            self._by_node = {}
+            by_node: dict[str, list[WorkloadState]] = {}
             for ws in self.workloads:
-                for node in dict.fromkeys(placement.node for placement in ws.original.values()):
-                    self._by_node.setdefault(node, []).append(ws)
+                original = ws.original
+                if not original:
+                    continue
+                if len(original) == 1:
+                    # Most work runs one task: its one node, without a set of them.
+                    for placement in original.values():
+                        on_node = by_node.get(placement.node)
+                        if on_node is None:
+                            by_node[placement.node] = [ws]
+                        else:
+                            on_node.append(ws)
+                    continue
+                for node in dict.fromkeys(placement.node for placement in original.values()):
+                    by_node.setdefault(node, []).append(ws)
+            self._by_node = by_node
         return self._by_node
 
     # -- placing -----------------------------------------------------------------------
@@ -106,9 +123,14 @@ class Session:
                 return reason
             for placement in result:
                 state.bind(ws, placement)
-        for placement in result:
-            ws.started[placement.task] = placement
+        self.record_start(ws, result)
         return result
+
+    def record_start(self, ws: WorkloadState, placements: Iterable[Placement]) -> None:
+        """Record that tasks of `ws` start this cycle where `placements` say."""
+        for placement in placements:
+            ws.started[placement.task] = placement
+        self.changes += 1
 
     # -- pending work, for consolidate, reclaim and preempt ----------------------------
 
@@ -122,14 +144,20 @@ class Session:
             candidate = ws.gang = Candidate(ws, tasks, self.request_of(ws, tasks), growth=False)
         return candidate
 
-    def pending(self) -> list[Candidate]:
-        """The candidates of `pending_in_order`, in no particular order."""
+    def pending(self) -> Sequence[Candidate]:
+        """The candidates of `pending_in_order`, in no particular order (worked out again
+        only when something was started, evicted or moved since)."""
         touched = self.touched
-        return [
+        mark = (self.changes, len(touched))
+        if self._pending is not None and self._pending[0] == mark:
+            return self._pending[1]
+        found = [
             ws.gang or self.gang_candidate(ws)
             for ws in self.waiting
             if not ws.running and not ws.started and ws.name not in touched
         ]
+        self._pending = (mark, found)
+        return found
 
     def pending_in_order(self) -> InOrder:
         """Pending workloads not yet placed, evicted or moved, in fairness order."""
@@ -154,4 +182,5 @@ class Session:
         self.evictions.append(Eviction(ws.name, tasks, kind, by.name, why))
         self.evicted[ws.name] = f"{EVICTED[kind]} for {by.name}: {why}"
         self.touched.add(ws.name)
+        self.changes += 1
         self.settled = False

@@ -41,6 +41,11 @@ def _round(value: float) -> float:
     return round(value, 9)
 
 
+# A queue's totals as last reported: fair share, allocated, requested (GPU, CPU, memory),
+# its GPU weight and usage under time-decayed fair share (None: off).
+ReportedTotals = tuple[list[float], list[float], list[float], float | None, float | None]
+
+
 class NodeState:
     """Free capacity of one node and the use of each of its devices (0.0 to 1.0)."""
 
@@ -134,7 +139,7 @@ class QueueState:
         self.running_priorities: Counter[int] = Counter()
         # The totals a cycle last reported, and what they were worked out from: a queue
         # kept from cycle to cycle whose totals stay the same reports the same object.
-        self.status: tuple[tuple[float | None, ...], QueueStatus] | None = None
+        self.status: tuple[ReportedTotals, QueueStatus] | None = None
         # Goes up whenever `alloc` or `np_alloc` changes, so that what is worked out from
         # them may be kept until then.
         self.stamp = 0
@@ -186,7 +191,7 @@ class WorkloadState:
     # Why its minimum gang fits no eligible node even when empty, once `sized`.
     never_fits: str | None = None
     sized: bool = False
-    # What makes workloads alike (see `Candidate.alike`), once asked: one object for
+    # What makes workloads alike (see `alike_kind`), once asked: one object for
     # equal ones, from `kinds`, the table the cycle (or the Scheduler) keeps.
     kinds: dict[object, object] | None = None
     kind: object | None = None
@@ -237,15 +242,6 @@ class Candidate:
     request: Request
     growth: bool
 
-    def alike(self, other: Candidate) -> bool:
-        """Whether two minimum gangs ask for the same tasks with the same priority,
-        preemptibility and placement constraints: in one state, where one cannot be placed
-        neither can the other, for the same reason (their queues are the caller's to
-        compare)."""
-        if self.growth or other.growth:
-            return False
-        return self.workload.alike_kind() is other.workload.alike_kind()
-
 
 Allowed = frozenset[int] | None
 
@@ -288,6 +284,15 @@ class ClusterState:
         # How many elastic workloads have a task running (none: nothing may grow).
         self.elastic_running = 0
         self.max_devices = max((node.gpus for node in ordered), default=0)
+        # The memory of the largest device (of a node with GPUs).
+        self.max_memory = max((node.gpu_memory for node in ordered if node.gpus), default=0)
+        # GPU, CPU and memory of the schedulable nodes: what fair shares divide.
+        self.capacity = [0.0, 0.0, 0.0]
+        for node in ordered:
+            if node.schedulable:
+                self.capacity[GPU] += node.gpus
+                self.capacity[CPU] += node.cpu
+                self.capacity[MEMORY] += node.memory
         self._kinds = 1
         # buckets[c]: schedulable nodes with exactly c wholly free devices, in name order
         # (the same list as kind_buckets[0] while every node is of one kind).

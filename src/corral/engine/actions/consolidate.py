@@ -11,7 +11,7 @@ from corral.engine.kinds import GPU
 from corral.engine.placement import Failure
 from corral.engine.quota import quota_block, within_quota
 from corral.engine.session import Session
-from corral.engine.state import Allowed, Candidate, WorkloadState, natural_key
+from corral.engine.state import Allowed, Candidate, NodeState, WorkloadState, natural_key
 from corral.model import Placement
 from corral.model.resources import EPSILON
 
@@ -125,14 +125,12 @@ class Consolidate:
             replaced[mover.name] = result
 
         def commit() -> None:
-            for placement in placed:
-                ws.started[placement.task] = placement
+            session.record_start(ws, placed)
             for mover in moved:
                 reason = f"moved to another node to make room for {ws.name}"
                 tasks_moved = tuple(sorted(mover.original))
                 session.record_eviction(mover, tasks_moved, "consolidate", ws, reason)
-                for placement in replaced[mover.name]:
-                    mover.started[placement.task] = placement
+                session.record_start(mover, replaced[mover.name])
 
         return commit
 
@@ -149,16 +147,7 @@ class Consolidate:
             for node in session.placer.nodes_of(allowed)
             if node.node.gpus >= math.ceil(group.gpu)
         ]
-        # Only nodes with at least the free GPUs of the last one tried can be tried: rank
-        # just those (the ranking's first term), since ranking every node is slow.
-        frees = [node.free_gpu for node in nodes]
-        if len(nodes) > config.consolidate_max_nodes > 0:
-            least = heapq.nlargest(config.consolidate_max_nodes, frees)[-1]
-            nodes = [node for node, free in zip(nodes, frees, strict=True) if free >= least]
-        # Most free capacity first; between equals, the node whose movable work is newest,
-        # since the newest work is the first to be disturbed everywhere else too.
-        nodes.sort(key=lambda node: (-node.free_gpu, -self._newest_movable(node.name), node.index))
-        for node in nodes[: config.consolidate_max_nodes]:
+        for node in self._first_nodes(nodes, config.consolidate_max_nodes):
             mark = state.checkpoint()
             movers = [
                 other
@@ -184,16 +173,47 @@ class Consolidate:
             state.rollback(mark)
         return None
 
-    def _newest_movable(self, node: str) -> float:
-        """When the newest movable workload on the node was submitted (-inf: none)."""
+    def _first_nodes(self, nodes: list[NodeState], most: int) -> list[NodeState]:
+        """The first `most` of `nodes` to try: most free capacity first; between equals,
+        the node whose movable work is newest, since the newest work is the first to be
+        disturbed everywhere else too; then by index.
+
+        Ranking every node is slow, so each starts ranked by its newest work, movable or
+        not (never older than its newest movable work), and the node in front has its
+        movable work looked at: it is in its place when its newest work is movable (as
+        most is), else it goes back ranked by what is."""
+        if most <= 0:
+            return []
+        heap = []
+        for node in nodes:
+            newest = self._newest_first_on(node.name)
+            bound = newest[0].workload.submitted if newest else -math.inf
+            heap.append((-node.free_gpu, -bound, node.index, node))
+        heapq.heapify(heap)
+        first: list[NodeState] = []
+        while heap and len(first) < most:
+            free, bound, index, node = heap[0]
+            exact = -self._newest_movable(node.name)
+            if exact == bound:
+                first.append(heapq.heappop(heap)[3])
+            else:
+                heapq.heapreplace(heap, (free, exact, index, node))
+        return first
+
+    def _newest_first_on(self, node: str) -> list[WorkloadState]:
+        """The workloads running on the node as the cycle began, newest first."""
         newest = self._newest_first.get(node)
         if newest is None:
             on_node = self.session.by_node.get(node, [])
             newest = self._newest_first[node] = sorted(
                 on_node, key=lambda ws: ws.workload.submitted, reverse=True
             )
+        return newest
+
+    def _newest_movable(self, node: str) -> float:
+        """When the newest movable workload on the node was submitted (-inf: none)."""
         # Most work is movable: the first movable one is usually the first.
-        for ws in newest:
+        for ws in self._newest_first_on(node):
             if self._movable(ws):
                 return ws.workload.submitted
         return -math.inf

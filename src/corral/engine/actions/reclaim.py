@@ -73,6 +73,9 @@ class Reclaim:
     def run(self) -> None:
         """Queues under their fair share take GPUs back from queues above theirs."""
         session = self.session
+        if not session.pending() and not session.state.elastic_running:
+            # Nothing to reclaim for (the cheapest test first).
+            return
         if not any(
             queue.leaf
             and (
@@ -317,13 +320,13 @@ class Reclaim:
         targets = []
         by_node = session.by_node
         for node in session.placer.nodes_of(session.placer.allowed_for(ws)):
-            held = sum(
-                placement.gpu
-                for other in by_node.get(node.name, [])
-                if other.preemptible and other.queue.name in givers
-                for placement in other.running.values()
-                if placement.node == node.name
-            )
+            name = node.name
+            held = 0.0
+            for other in by_node.get(name, ()):
+                if other.workload.preemptible and other.queue.name in givers:
+                    for placement in other.running.values():
+                        if placement.node == name:
+                            held += placement.gpu
             if held > EPSILON:
                 targets.append((-(node.free_gpu + held), node.index))
         return [index for _, index in sorted(targets)]

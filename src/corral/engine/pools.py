@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from corral.engine.errors import SnapshotError
 from corral.model import (
@@ -42,13 +43,15 @@ RunCycle = Callable[[Snapshot, SchedulerConfig], Decisions]
 Apply = Callable[[Snapshot, Decisions], Snapshot]
 # Actions that never evict or move running work: the first pass runs only these.
 _NON_EVICTING = ("allocate",)
+_NODE_POOLS = attrgetter("node_pools")
 
 
 def uses_pools(snapshot: Snapshot) -> bool:
     """Whether the snapshot's queues or workloads name node pools (else the cluster is
     scheduled as one pool, as it always was)."""
+    # (Looked at every cycle: the workloads' field read in C, as map does it.)
     return any(queue.pools for queue in snapshot.queues) or any(
-        workload.node_pools for workload in snapshot.workloads
+        map(_NODE_POOLS, snapshot.workloads)
     )
 
 

@@ -335,11 +335,7 @@ def _decisions(
     bindings: dict[str, tuple[Placement, ...]] = {}
     pending: dict[str, str] = {}
     evicted = session.evicted
-    # Only work that waited as the cycle began can have started or be pending, unless
-    # something was evicted or moved, or may have grown (most of a busy cluster's work
-    # runs on untouched).
-    every = bool(session.touched) or session.state.elastic_running > 0
-    for ws in session.workloads if every else session.waiting:
+    for ws in session.in_play():
         started = ws.started
         if started:
             if len(started) == 1:

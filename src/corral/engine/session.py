@@ -69,6 +69,14 @@ class Session:
             memory += group.memory
         return (gpu, cpu, memory)
 
+    def in_play(self) -> list[WorkloadState]:
+        """The workloads that may start, grow or be pending by now: those that waited as
+        the cycle began, unless something was evicted or moved or an elastic workload runs
+        (then every workload). Most of a busy cluster's work runs on untouched."""
+        if self.touched or self.state.elastic_running:
+            return self.workloads
+        return self.waiting
+
     def release(self) -> None:
         """Let reference counting free the workloads' states once the cycle is done."""
         for ws in self.workloads:

@@ -31,18 +31,11 @@ class Allocate:
         """Place pending workloads and grow elastic ones, in fairness order."""
         session = self.session
         order = FairOrder()
-        if session.changes == 0 and not session.state.elastic_running:
-            # Nothing started, evicted or moved yet, and nothing may grow: the work with
-            # no task running is the work that waited as the cycle began (most of a busy
-            # cluster's workloads run, and are not looked at).
-            for ws in session.waiting:
+        for ws in session.in_play():
+            if not ws.running:
                 order.add(session.gang_candidate(ws))
-        else:
-            for ws in session.workloads:
-                if not ws.running:
-                    order.add(session.gang_candidate(ws))
-                elif len(ws.running) < len(ws.tasks) and ws.workload.elastic:
-                    order.add(self._growth_candidate(ws))
+            elif len(ws.running) < len(ws.tasks) and ws.workload.elastic:
+                order.add(self._growth_candidate(ws))
         order.refresh_all(list(session.queues.values()))
         # Reservations hold nodes against some workloads and not others: alike ones may
         # then fare differently.

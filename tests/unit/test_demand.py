@@ -66,3 +66,52 @@ def test_a_total_is_the_exact_sum_rounded_once() -> None:
     demand.set_requested((leaf,))
     assert 0.1 + 0.2 + 0.3 != 0.6
     assert leaf.requested[0] == 0.6
+
+
+def two_leaves() -> tuple[QueueState, QueueState, QueueState, QueueState]:
+    parent, first = tree()
+    second = QueueState(Queue("other", parent="dept"), 2)
+    second.parent = parent
+    parent.children.append(second)
+    second.path.extend((second, parent))
+    idle = QueueState(Queue("idle"), 3)
+    idle.path.append(idle)
+    return parent, first, second, idle
+
+
+@given(st.lists(st.tuples(st.booleans(), demands, st.integers(0, 30)), min_size=1, max_size=6))
+def test_totals_set_cycle_after_cycle_equal_fresh_ones(
+    rounds: list[tuple[bool, list[tuple[float, float, float]], int]],
+) -> None:
+    # A kept Demand sets again only the queues whose sums changed (the leaf and its
+    # ancestors); after every cycle each queue's total is what adding up afresh gives,
+    # the queues left alone included.
+    queues = two_leaves()
+    _, first, second, _ = queues
+    demand = Demand([])
+    counted: list[WorkloadState] = []
+    for on_second, added, leaving in rounds:
+        for ws in workloads(second if on_second else first, added):
+            demand.count(ws)
+            counted.append(ws)
+        for ws in counted[:leaving]:
+            demand.take_off(ws)
+        del counted[:leaving]
+        demand.set_requested(queues)
+        kept_totals = [list(queue.requested) for queue in queues]
+        for queue in queues:
+            queue.requested[:] = [0.0, 0.0, 0.0]
+        add_up(counted, queues)
+        assert kept_totals == [queue.requested for queue in queues]
+
+
+def test_the_first_setting_sets_every_queue() -> None:
+    # Whatever a queue held before (a state kept from a cycle whose totals were added up
+    # afresh), a new Demand's first setting gives every queue its total, 0 without work.
+    parent, first, second, idle = queues = two_leaves()
+    for queue in queues:
+        queue.requested[:] = [5.0, 5.0, 5.0]
+    demand = Demand(workloads(first, [(1.0, 2.0, 3.0)]))
+    demand.set_requested(queues)
+    assert parent.requested == first.requested == [1.0, 2.0, 3.0]
+    assert second.requested == idle.requested == [0.0, 0.0, 0.0]

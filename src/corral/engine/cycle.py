@@ -260,10 +260,8 @@ def _known_action(name: str) -> ActionName:
 def _reuse(
     kept: Kept,
 ) -> tuple[dict[str, QueueState], ClusterState, dict[str, WorkloadState]]:
-    """The queues, state and workloads kept from the last cycle, with the demands
-    cleared (this cycle adds them up again, and divides every queue's fair share)."""
-    for queue in kept.queues.values():
-        queue.requested[:] = (0.0, 0.0, 0.0)
+    """The queues, state and workloads kept from the last cycle. The queues keep what
+    their work requests: the cycle's `Demand` sets again those whose sums change."""
     return kept.queues, kept.state, kept.workloads
 
 
@@ -356,31 +354,41 @@ def _decisions(
 def _status(
     queue: QueueState, weights: dict[str, float], usage: Mapping[str, float]
 ) -> QueueStatus:
-    """A queue's totals as the cycle ends (the object it reported last, when they are the
-    same: most queues of a busy cluster change little from one cycle to the next)."""
+    """A queue's totals as the cycle ends: the object it reported last when they are the
+    same (most queues of a busy cluster change little from one cycle to the next), else a
+    new one that keeps the last one's parts that stayed the same."""
     weight = weights.get(queue.name)
     used = usage.get(queue.name, 0.0) if queue.name in weights else None
+    fair_share, alloc, requested = queue.fair_share, queue.alloc, queue.requested
     last = queue.status
-    if last is not None:
-        totals = last[0]
-        if (
-            totals[0] == queue.fair_share
-            and totals[1] == queue.alloc
-            and totals[2] == queue.requested
-            and totals[3] == weight
-            and totals[4] == used
-        ):
-            return last[1]
-    status = QueueStatus(
-        deserved=as_resources(queue.deserved),
-        limit=as_resources(queue.limit),
-        fair_share=as_resources(queue.fair_share),
-        allocated=as_resources(queue.alloc),
-        requested=as_resources(queue.requested),
-        weight=weight,
-        usage=used,
-    )
-    queue.status = ((queue.fair_share[:], queue.alloc[:], queue.requested[:], weight, used), status)
+    if last is None:
+        status = QueueStatus(
+            deserved=queue.queue.deserved,
+            limit=queue.queue.limit,
+            fair_share=as_resources(fair_share),
+            allocated=as_resources(alloc),
+            requested=as_resources(requested),
+            weight=weight,
+            usage=used,
+        )
+    else:
+        totals, reported = last
+        same_share = totals[0] == fair_share
+        same_alloc = totals[1] == alloc
+        same_requested = totals[2] == requested
+        unchanged = same_share and same_alloc and same_requested
+        if unchanged and totals[3] == weight and totals[4] == used:
+            return reported
+        status = QueueStatus(
+            deserved=reported.deserved,
+            limit=reported.limit,
+            fair_share=reported.fair_share if same_share else as_resources(fair_share),
+            allocated=reported.allocated if same_alloc else as_resources(alloc),
+            requested=reported.requested if same_requested else as_resources(requested),
+            weight=weight,
+            usage=used,
+        )
+    queue.status = ((fair_share[:], alloc[:], requested[:], weight, used), status)
     return status
 
 

@@ -54,16 +54,21 @@ def add_up(workloads: Iterable[WorkloadState], queues: Iterable[QueueState]) -> 
 
 
 class Demand:
-    """The exact sums of the demands of each leaf queue's workloads, kept up as workloads
-    are counted and taken off (a workload is counted with its `demand` as it is then)."""
+    """The exact sums of the demands of each queue's workloads (its descendants'
+    included), kept up as workloads are counted and taken off (a workload is counted with
+    its `demand` as it is then). The queues whose sums changed since the last
+    `set_requested` are the only ones it sets again: a cycle costs what changed, not how
+    many queues there are."""
 
     def __init__(self, workloads: Iterable[WorkloadState]) -> None:
         self._sums: dict[QueueState, list[int]] = {}
+        # The queues to set again; None: every queue (nothing was set from these sums yet).
+        self._changed: set[QueueState] | None = None
         for ws in workloads:
             self.count(ws)
 
     def count(self, ws: WorkloadState) -> None:
-        """Add a workload's demand (which must be known) to its queue's sums."""
+        """Add a workload's demand (which must be known) to its queues' sums."""
         self._change(ws, 1)
 
     def take_off(self, ws: WorkloadState) -> None:
@@ -72,29 +77,27 @@ class Demand:
 
     def _change(self, ws: WorkloadState, sign: int) -> None:
         assert ws.demand is not None
-        sums = self._sums.get(ws.queue)
-        if sums is None:
-            sums = self._sums[ws.queue] = [0, 0, 0]
         gpu, cpu, memory = ws.demand
-        sums[GPU] += sign * _exact(gpu)
-        sums[CPU] += sign * _exact(cpu)
-        sums[MEMORY] += sign * _exact(memory)
+        gpu_units, cpu_units, memory_units = _exact(gpu), _exact(cpu), _exact(memory)
+        changed = self._changed
+        for queue in ws.queue.path:
+            sums = self._sums.get(queue)
+            if sums is None:
+                sums = self._sums[queue] = [0, 0, 0]
+            sums[GPU] += sign * gpu_units
+            sums[CPU] += sign * cpu_units
+            sums[MEMORY] += sign * memory_units
+            if changed is not None:
+                changed.add(queue)
 
     def set_requested(self, queues: Iterable[QueueState]) -> None:
-        """Set each queue's `requested` from the sums of the leaves under it."""
-        totals: dict[str, list[int]] = {}
-        for leaf, sums in self._sums.items():
-            for queue in leaf.path:
-                total = totals.get(queue.name)
-                if total is None:
-                    totals[queue.name] = list(sums)
-                else:
-                    total[GPU] += sums[GPU]
-                    total[CPU] += sums[CPU]
-                    total[MEMORY] += sums[MEMORY]
-        for queue in queues:
-            total = totals.get(queue.name)
+        """Set the `requested` of each of `queues` (every queue of the tree) whose sums
+        changed since the last call, or of every one on the first call."""
+        changed = self._changed
+        for queue in queues if changed is None else changed:
+            total = self._sums.get(queue)
             if total is None:
                 queue.requested[:] = (0.0, 0.0, 0.0)
             else:
                 queue.requested[:] = [total[GPU] / _UNIT, total[CPU] / _UNIT, total[MEMORY] / _UNIT]
+        self._changed = set()

@@ -48,6 +48,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TypeVar
 
 from sortedcontainers import SortedList
@@ -78,6 +79,8 @@ _SPARE = 8
 
 # Slack for rounding, always in the direction of running the cycle.
 _SLACK = 1e-6
+# A pending workload's name in its queue's `waiting` entries.
+_NAME = itemgetter(2)
 
 
 class _QueueTotals:
@@ -285,8 +288,7 @@ class CycleGate:
         for totals in self.queues.values():
             if not totals.pending:
                 continue
-            headroom = min(level.limit[0] - level.alloc[0] for level in totals.path)
-            np_headroom = min(level.deserved[0] - level.np_alloc for level in totals.path)
+            headroom, np_headroom = _headrooms(totals)
             lowest_running = min(totals.running_priorities, default=math.inf)
             for gpus, priority, preemptible in totals.fresh if only_fresh else totals.pending:
                 if not could_stay_within_deserved(gpus, preemptible, np_headroom, _SLACK):
@@ -336,7 +338,7 @@ class CycleGate:
             count = len(waiting)
             if trims and self._blocked(totals):
                 count = 1
-            names.extend(order[2] for order in waiting.islice(0, count))
+            names.extend(map(_NAME, waiting if count == len(waiting) else waiting.islice(0, count)))
             hidden += len(waiting) - count
         return Selection(tuple(names), hidden, tuple(checks), lone)
 
@@ -468,8 +470,7 @@ class CycleGate:
         for totals in self.queues.values():
             if not totals.pending or (len(over) == 1 and over[0] is totals):
                 continue
-            headroom = min(level.limit[0] - level.alloc[0] for level in totals.path)
-            np_headroom = min(level.deserved[0] - level.np_alloc for level in totals.path)
+            headroom, np_headroom = _headrooms(totals)
             share = shares[totals.name][0]
             for gpus, _, preemptible in totals.pending:
                 if not (
@@ -486,6 +487,18 @@ class CycleGate:
         if self._shares is None:
             self._shares = divide_tree(self.roots, self.capacity, self.gpu_weights)
         return self._shares
+
+
+def _headrooms(totals: _QueueTotals) -> tuple[float, float]:
+    """The least GPU room under the limits of the queue and its ancestors, and under
+    their deserved quotas for non-preemptible work."""
+    if len(totals.path) == 1:
+        # A queue at the top (the common case): no generators.
+        return totals.limit[0] - totals.alloc[0], totals.deserved[0] - totals.np_alloc
+    return (
+        min(level.limit[0] - level.alloc[0] for level in totals.path),
+        min(level.deserved[0] - level.np_alloc for level in totals.path),
+    )
 
 
 def _drop(counter: Counter[_Key], key: _Key) -> None:

@@ -9,6 +9,7 @@ the most GPUs free or held by queues that may give first.
 from __future__ import annotations
 
 import itertools
+from operator import itemgetter
 
 from corral.engine.eviction import MakeRoom, NextVictim, Unit, VictimSearch
 from corral.engine.kinds import CPU, DIMENSIONS, GPU, MEMORY, Request
@@ -39,6 +40,8 @@ GiverRank = tuple[int, int, float, float, tuple[object, ...]]
 # index in the reclaimer's path of the queue where they meet (None: above the root), and
 # the names of those queues below.
 Giver = tuple[QueueState, list[QueueState], int | None, frozenset[str]]
+# A ranked giver's rank (of its rank and its leaf).
+_RANK = itemgetter(0)
 
 
 class Reclaim:
@@ -278,7 +281,7 @@ class Reclaim:
                     if not giver[3].isdisjoint(changed):
                         rank(giver)
             while targets:
-                for _, leaf in sorted(ranked.values(), key=lambda item: item[0]):
+                for _, leaf in sorted(ranked.values(), key=_RANK):
                     unit = self.victims.first_unit(leaf, ws, None, targets[0])
                     if unit is not None:
                         taken_from.append(leaf)

@@ -362,15 +362,7 @@ def _status(
     fair_share, alloc, requested = queue.fair_share, queue.alloc, queue.requested
     last = queue.status
     if last is None:
-        status = QueueStatus(
-            deserved=queue.queue.deserved,
-            limit=queue.queue.limit,
-            fair_share=as_resources(fair_share),
-            allocated=as_resources(alloc),
-            requested=as_resources(requested),
-            weight=weight,
-            usage=used,
-        )
+        parts = (as_resources(fair_share), as_resources(alloc), as_resources(requested))
     else:
         totals, reported = last
         same_share = totals[0] == fair_share
@@ -379,15 +371,20 @@ def _status(
         unchanged = same_share and same_alloc and same_requested
         if unchanged and totals[3] == weight and totals[4] == used:
             return reported
-        status = QueueStatus(
-            deserved=reported.deserved,
-            limit=reported.limit,
-            fair_share=reported.fair_share if same_share else as_resources(fair_share),
-            allocated=reported.allocated if same_alloc else as_resources(alloc),
-            requested=reported.requested if same_requested else as_resources(requested),
-            weight=weight,
-            usage=used,
+        parts = (
+            reported.fair_share if same_share else as_resources(fair_share),
+            reported.allocated if same_alloc else as_resources(alloc),
+            reported.requested if same_requested else as_resources(requested),
         )
+    status = QueueStatus(
+        deserved=queue.queue.deserved,
+        limit=queue.queue.limit,
+        fair_share=parts[0],
+        allocated=parts[1],
+        requested=parts[2],
+        weight=weight,
+        usage=used,
+    )
     queue.status = ((fair_share[:], alloc[:], requested[:], weight, used), status)
     return status
 

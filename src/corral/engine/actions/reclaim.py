@@ -40,7 +40,7 @@ GiverRank = tuple[int, int, float, float, tuple[object, ...]]
 # index in the reclaimer's path of the queue where they meet (None: above the root), and
 # the names of those queues below.
 Giver = tuple[QueueState, list[QueueState], int | None, frozenset[str]]
-# A ranked giver's rank (of its rank and its leaf).
+# The rank in a ranked giver's (rank, leaf) pair.
 _RANK = itemgetter(0)
 
 

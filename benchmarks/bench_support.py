@@ -39,7 +39,7 @@ def postgres_url() -> Iterator[str]:
     import pgserver
 
     root = tempfile.mkdtemp(prefix="corral-bench-pg-")
-    server = pgserver.get_server(root, cleanup_mode="stop")
+    server = pgserver.get_server(root, cleanup_mode="delete")
     try:
         server.psql("CREATE DATABASE corral_bench;")
         yield server.get_uri().replace("/postgres?", "/corral_bench?")

@@ -127,7 +127,7 @@ def postgres() -> Iterator[Callable[[], str]]:
         pytest.skip(f"pgserver is not installed: {error}")
     root = tempfile.mkdtemp(prefix="corral-pg-")
     try:
-        server = pgserver.get_server(root, cleanup_mode="stop")
+        server = pgserver.get_server(root, cleanup_mode="delete")
     except Exception as error:
         if IN_CI:
             raise

@@ -444,10 +444,15 @@ def test_a_scheduler_that_keeps_its_state_decides_as_schedule_does(
     case: Case, data: st.DataObject
 ) -> None:
     """Cycle after cycle, as between cycles of a server or a simulation: decisions are
-    applied (or, now and then, not), running work ends, new work arrives, and once in a
-    while quotas change or a node is cordoned (the state is then built afresh)."""
+    applied (or, now and then, not), running work ends, new work arrives, the queues'
+    usage moves (it weighs in where time-decayed fair share is on), and once in a while
+    quotas change or a node is cordoned (the state is then built afresh)."""
     scheduler = Scheduler()
     snapshot = case.snapshot
+    names_of_queues = [queue.name for queue in snapshot.queues]
+    if data.draw(st.booleans(), label="time-decayed fair share"):
+        decayed = tuple(replace(queue, fair_share_half_life=3600.0) for queue in snapshot.queues)
+        snapshot = replace(snapshot, queues=decayed)
     leaf_names = leaves(snapshot.queues)
     max_gpus = max(node.gpus for node in snapshot.nodes)
     for step in range(1, 5):
@@ -468,6 +473,10 @@ def test_a_scheduler_that_keeps_its_state_decides_as_schedule_does(
         )
         workloads = (*(w for w in snapshot.workloads if w.name not in ended), *arrived)
         snapshot = replace(snapshot, workloads=workloads)
+        if data.draw(st.booleans(), label="usage moves"):
+            shares = st.floats(0.0, 1.0, allow_subnormal=False)
+            used = data.draw(st.dictionaries(st.sampled_from(names_of_queues), shares))
+            snapshot = replace(snapshot, usage=used)
         change = data.draw(st.integers(0, 9), label="change")
         if change == 0:
             snapshot = replace(snapshot, queues=data.draw(changed_quotas(snapshot.queues)))

@@ -85,11 +85,13 @@ def test_totals_set_cycle_after_cycle_equal_fresh_ones(
 ) -> None:
     # A kept Demand sets again only the queues whose sums changed (the leaf and its
     # ancestors); after every cycle each queue's total is what adding up afresh gives,
-    # the queues left alone included.
+    # the queues left alone included, and it says whether any total moved (always, the
+    # first time).
     queues = two_leaves()
     _, first, second, _ = queues
     demand = Demand([])
     counted: list[WorkloadState] = []
+    previous: list[list[float]] | None = None
     for on_second, added, leaving in rounds:
         for ws in workloads(second if on_second else first, added):
             demand.count(ws)
@@ -97,8 +99,10 @@ def test_totals_set_cycle_after_cycle_equal_fresh_ones(
         for ws in counted[:leaving]:
             demand.take_off(ws)
         del counted[:leaving]
-        demand.set_requested(queues)
+        moved = demand.set_requested(queues)
         kept_totals = [list(queue.requested) for queue in queues]
+        assert moved == (previous is None or kept_totals != previous)
+        previous = kept_totals
         for queue in queues:
             queue.requested[:] = [0.0, 0.0, 0.0]
         add_up(counted, queues)

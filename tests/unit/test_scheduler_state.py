@@ -1,5 +1,6 @@
 """engine.Scheduler keeps the state of running work between cycles; these pin what it
-does with input it must refuse, and that a refused cycle leaves nothing behind."""
+does with input it must refuse, that a refused cycle leaves nothing behind, and that
+fair shares kept from the last cycle are divided again when what they depend on moves."""
 
 from __future__ import annotations
 
@@ -50,3 +51,29 @@ def test_a_workload_listed_twice_is_refused() -> None:
         schedule(twice)
     with pytest.raises(ValueError, match="workload w0: listed twice"):
         Scheduler()(twice)
+
+
+def test_kept_fair_shares_are_divided_again_when_only_the_usage_moved() -> None:
+    """No queue's request changes from one cycle to the next, only the usage that
+    time-decayed fair share weighs: the shares move with it, as a fresh cycle divides
+    them, and stay as they are while nothing moves."""
+    nodes = (Node("n1", gpus=8),)
+    queues = (Queue("a", fair_share_half_life=3600.0), Queue("b", fair_share_half_life=3600.0))
+    workloads = tuple(
+        Workload(f"{queue}{i}", queue, (TaskGroup(gpu=1.0),), submitted=float(i))
+        for queue in "ab"
+        for i in range(8)
+    )
+    scheduler = Scheduler()
+    snapshot = Snapshot(nodes, queues, workloads, usage={"a": 0.9, "b": 0.1})
+    shares = []
+    # The usage of each cycle after the first: kept, then swapped, then kept again.
+    for usage in ({"a": 0.9, "b": 0.1}, {"a": 0.1, "b": 0.9}, {"a": 0.1, "b": 0.9}, None):
+        decisions = scheduler(snapshot)
+        assert decisions == schedule(snapshot)
+        shares.append(tuple(decisions.queues[name].fair_share.gpu for name in "ab"))
+        if usage is not None:
+            snapshot = replace(apply_decisions(snapshot, decisions), usage=usage)
+    low, high = shares[0]
+    assert low < high
+    assert shares == [(low, high), (low, high), (high, low), (high, low)]

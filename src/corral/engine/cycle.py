@@ -169,6 +169,8 @@ class Kept:
         self.shapes: Counter[Shape] = cycle.shapes
         self.kinds: dict[object, object] = cycle.kinds
         self.demand: Demand | None = cycle.demand
+        # The GPU weights the queues' fair shares were divided with.
+        self.weights = cycle.weights
 
     def release(self) -> None:
         """Let reference counting free the kept workloads' states (see
@@ -225,7 +227,13 @@ class Cycle:
         self.session = Session(config, queues, state, workloads, waiting, placer)
         self.weights = _time_decayed_weights(snapshot, queues)
         self.usage = snapshot.usage
-        _divide_fair_shares(self.session, self.weights, self.demand, changed)
+        _divide_fair_shares(
+            self.session,
+            self.weights,
+            self.demand,
+            changed,
+            None if fresh or kept is None else kept.weights,
+        )
 
     def run(self) -> Decisions:
         """Run the configured actions in order and return the decisions."""
@@ -301,10 +309,14 @@ def _divide_fair_shares(
     gpu_weights: dict[str, float],
     demand: Demand | None,
     changed: list[WorkloadState],
+    kept_weights: dict[str, float] | None = None,
 ) -> None:
     """Add up what each queue's work requests and divide the cluster into fair shares
     (the GPU surplus by `gpu_weights` where given). With the exact sums of a kept state
-    (`demand`), only the `changed` workloads' demands are worked out and counted."""
+    (`demand`), only the `changed` workloads' demands are worked out and counted; and
+    when no queue's total changed and the kept queues' shares were divided with the
+    same weights (`kept_weights`), as in a fifth of a busy replay's cycles, they stand
+    as they are (a kept state's nodes, so its capacity, are the same)."""
     for ws in session.workloads if demand is None else changed:
         if ws.demand is None:
             ws.demand = session.request_of(ws, range(len(ws.tasks)))
@@ -312,8 +324,8 @@ def _divide_fair_shares(
             demand.count(ws)
     if demand is None:
         add_up(session.workloads, session.queues.values())
-    else:
-        demand.set_requested(session.queues.values())
+    elif not demand.set_requested(session.queues.values()) and kept_weights == gpu_weights:
+        return
     roots = [queue for queue in session.queues.values() if queue.parent is None]
     for name, share in divide_tree(roots, session.state.capacity, gpu_weights).items():
         queue = session.queues[name]

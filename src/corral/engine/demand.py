@@ -90,14 +90,20 @@ class Demand:
             if changed is not None:
                 changed.add(queue)
 
-    def set_requested(self, queues: Iterable[QueueState]) -> None:
+    def set_requested(self, queues: Iterable[QueueState]) -> bool:
         """Set the `requested` of each of `queues` (every queue of the tree) whose sums
-        changed since the last call, or of every one on the first call."""
+        changed since the last call, or of every one on the first call; returns whether
+        any queue's `requested` is not what it was."""
         changed = self._changed
+        differs = False
         for queue in queues if changed is None else changed:
             total = self._sums.get(queue)
             if total is None:
-                queue.requested[:] = (0.0, 0.0, 0.0)
+                requested = [0.0, 0.0, 0.0]
             else:
-                queue.requested[:] = [total[GPU] / _UNIT, total[CPU] / _UNIT, total[MEMORY] / _UNIT]
+                requested = [total[GPU] / _UNIT, total[CPU] / _UNIT, total[MEMORY] / _UNIT]
+            if queue.requested != requested:
+                queue.requested[:] = requested
+                differs = True
         self._changed = set()
+        return differs or changed is None

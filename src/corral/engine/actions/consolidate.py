@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from corral.engine.kinds import GPU
 from corral.engine.placement import Failure
@@ -173,32 +173,45 @@ class Consolidate:
             state.rollback(mark)
         return None
 
-    def _first_nodes(self, nodes: list[NodeState], most: int) -> list[NodeState]:
-        """The first `most` of `nodes` to try: most free capacity first; between equals,
-        the node whose movable work is newest, since the newest work is the first to be
-        disturbed everywhere else too; then by index.
+    def _first_nodes(self, nodes: list[NodeState], most: int) -> Iterator[NodeState]:
+        """The first `most` of `nodes` to try, one at a time: most free capacity first;
+        between equals, the node whose movable work is newest, since the newest work is
+        the first to be disturbed everywhere else too; then by index.
 
-        Ranking every node is slow, so each starts ranked by its newest work, movable or
-        not (never older than its newest movable work), and the node in front has its
-        movable work looked at: it is in its place when its newest work is movable (as
-        most is), else it goes back ranked by what is."""
+        Ranking every node is slow and the first node tried mostly makes room, so nodes
+        are ranked one level of free capacity at a time, the most free first (the state
+        is as it was whenever the next node is asked for: a node tried is rolled back).
+        Within a level each node starts ranked by its newest work, movable or not (never
+        older than its newest movable work), and the node in front has its movable work
+        looked at: it is in its place when its newest work is movable (as most is), else
+        it goes back ranked by what is."""
         if most <= 0:
-            return []
-        heap = []
+            return
+        levels: dict[float, list[NodeState]] = {}
         for node in nodes:
-            newest = self._newest_first_on(node.name)
-            bound = newest[0].workload.submitted if newest else -math.inf
-            heap.append((-node.free_gpu, -bound, node.index, node))
-        heapq.heapify(heap)
-        first: list[NodeState] = []
-        while heap and len(first) < most:
-            free, bound, index, node = heap[0]
-            exact = -self._newest_movable(node.name)
-            if exact == bound:
-                first.append(heapq.heappop(heap)[3])
+            level = levels.get(node.free_gpu)
+            if level is None:
+                levels[node.free_gpu] = [node]
             else:
-                heapq.heapreplace(heap, (free, exact, index, node))
-        return first
+                level.append(node)
+        for free in sorted(levels, reverse=True):
+            heap = []
+            for node in levels[free]:
+                newest = self._newest_first_on(node.name)
+                bound = newest[0].workload.submitted if newest else -math.inf
+                heap.append((-bound, node.index, node))
+            heapq.heapify(heap)
+            while heap:
+                bound, index, node = heap[0]
+                exact = -self._newest_movable(node.name)
+                if exact != bound:
+                    heapq.heapreplace(heap, (exact, index, node))
+                    continue
+                heapq.heappop(heap)
+                yield node
+                most -= 1
+                if most == 0:
+                    return
 
     def _newest_first_on(self, node: str) -> list[WorkloadState]:
         """The workloads running on the node as the cycle began, newest first."""

@@ -56,9 +56,13 @@ def test_logs_prints_and_follows_a_task(corral_up: Servers, tmp_path: Path) -> N
 
 
 def test_demo_tells_the_pooling_story(tmp_path: Path) -> None:
-    env = {**os.environ, "HOME": str(tmp_path)}
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "HOME": str(tmp_path), "TMPDIR": str(temporary)}
     demo = subprocess.run([CORRAL, "demo"], env=env, capture_output=True, text=True, timeout=180)
     assert demo.returncode == 0, demo.stdout + demo.stderr
+    # Its data directory and its workloads' directory beside it are gone.
+    assert list(temporary.iterdir()) == []
     out = demo.stdout
     assert "allocated GPUs: team-a 8/2 deserved" in out
     assert "preempted: reclaim for b-job" in out

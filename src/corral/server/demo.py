@@ -9,6 +9,7 @@ signals; only the GPUs are virtual.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import sys
 import tempfile
@@ -22,6 +23,7 @@ import httpx
 import uvicorn
 
 from corral.agent import Agent, discover
+from corral.agent.identity import default_workloads_dir
 from corral.cluster.local import LocalCluster
 from corral.model import Node
 from corral.model.spec import NodeSpec
@@ -251,6 +253,10 @@ class Demo:
 
 
 def run_demo(say: Callable[[str], None] = print) -> int:
-    """Run the story in a temporary data directory; 0 when it went as told."""
+    """Run the story in a temporary data directory; 0 when it went as told. The data
+    directory goes when the story ends, and the directory of its workloads beside it."""
     with tempfile.TemporaryDirectory(prefix="corral-demo-") as directory:
-        return Demo(say).run(Path(directory))
+        try:
+            return Demo(say).run(Path(directory))
+        finally:
+            shutil.rmtree(default_workloads_dir(Path(directory)), ignore_errors=True)

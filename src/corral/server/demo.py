@@ -23,7 +23,6 @@ import httpx
 import uvicorn
 
 from corral.agent import Agent, discover
-from corral.agent.identity import default_workloads_dir
 from corral.cluster.local import LocalCluster
 from corral.model import Node
 from corral.model.spec import NodeSpec
@@ -85,6 +84,8 @@ class Demo:
             api.close()
             server.should_exit = True
             thread.join(timeout=30)
+            # The agent made it beside the data directory, outside what the caller removes.
+            shutil.rmtree(agent.workloads_dir, ignore_errors=True)
 
     @staticmethod
     def _healthy(port: int) -> bool:
@@ -253,10 +254,7 @@ class Demo:
 
 
 def run_demo(say: Callable[[str], None] = print) -> int:
-    """Run the story in a temporary data directory; 0 when it went as told. The data
-    directory goes when the story ends, and the directory of its workloads beside it."""
+    """Run the story in a temporary data directory (gone, with the directory of its
+    workloads beside it, when the story ends); 0 when it went as told."""
     with tempfile.TemporaryDirectory(prefix="corral-demo-") as directory:
-        try:
-            return Demo(say).run(Path(directory))
-        finally:
-            shutil.rmtree(default_workloads_dir(Path(directory)), ignore_errors=True)
+        return Demo(say).run(Path(directory))

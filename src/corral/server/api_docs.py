@@ -16,6 +16,7 @@ from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from corral.server.deps import API
+from corral.server.routes import serve
 
 DOCS = f"{API}/docs"
 ASSETS = {
@@ -88,4 +89,4 @@ def docs_asset(name: str) -> Response:
 
 def install_api_docs(app: FastAPI) -> None:
     """Serve the interactive documentation (FastAPI's own docs_url must be None)."""
-    app.include_router(router)
+    serve(app, router)

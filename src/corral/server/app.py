@@ -23,6 +23,7 @@ from corral.server.options import AllowedMethods
 from corral.server.proxy import install as install_proxy
 from corral.server.rate_limit import RateLimiter
 from corral.server.routers import ROUTERS
+from corral.server.routes import serve
 from corral.server.visibility import install_visibility
 from corral.store import Store
 
@@ -68,10 +69,10 @@ def create_app(
     app.add_middleware(Audit, log=background.audit, limiter=RateLimiter.from_environment())
     install_error_handlers(app)
     for router in ROUTERS:
-        app.include_router(router)
+        serve(app, router)
     install_visibility(app, store, background.loop)
     install_api_docs(app)
     install_dashboard(app)
-    app.include_router(exec_router)
+    serve(app, exec_router)
     install_proxy(app)
     return app

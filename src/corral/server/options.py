@@ -19,7 +19,7 @@ class AllowedMethods:
 
     def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
         self.app = app
-        # The application's own list, which `include_router` fills after this is made.
+        # The application's own list, which `corral.server.routes.serve` fills after this is made.
         self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -28,6 +28,7 @@ from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 
+from corral.server.routes import serve
 from corral.server.workspace_access import (
     COOKIE,
     Refused,
@@ -390,7 +391,7 @@ def install(app: FastAPI) -> None:
         follow_redirects=False,
         trust_env=False,
     )
-    app.include_router(router)
+    serve(app, router)
     origins = WorkspaceOrigins.from_environment()
     app.state.workspace_origins = origins
     if origins is not None:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 from corral.model.durations import parse_duration
 from corral.server.deps import API, StoreDep, User, readable_projects, visible_workload
 from corral.server.metrics import StateCollector, now_state
+from corral.server.routes import serve
 from corral.server.scheduler import SchedulerLoop
 from corral.server.schemas import ErrorOut
 from corral.store import Store
@@ -324,7 +325,7 @@ def usage_csv(rows: list[Any]) -> str:
 
 def install_visibility(app: FastAPI, store: Store, loop: SchedulerLoop) -> None:
     """The telemetry and usage API, and /metrics."""
-    app.include_router(router)
+    serve(app, router)
     registry = loop.metrics.registry
     registry.register(StateCollector(store, loop))
 

@@ -19,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 import corral.server.dashboard.pages as pages
 import corral.server.dashboard.views as views
 from corral.server.dashboard.apiclient import ApiClient, ApiError, together
+from corral.server.routes import serve
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -241,5 +242,5 @@ def install(app: FastAPI) -> None:
     """Serve the dashboard from `app`: pages at /, their scripts' API bridge at /ui/api."""
     from corral.server.dashboard.workspaces import router as workspaces
 
-    app.include_router(router)
-    app.include_router(workspaces)
+    serve(app, router)
+    serve(app, workspaces)

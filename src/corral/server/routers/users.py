@@ -64,6 +64,7 @@ def create_token(name: str, _: Admin, store: StoreDep, body: TokenIn | None = No
     return TokenOut(user=name, token=token, id=token_id, name=body.name, expires_at=expires_at)
 
 
+# Async, as it does no I/O (see `corral.server.routers.cluster.healthz`).
 @router.get("/whoami", response_model=UserOut)
-def whoami(current: User) -> UserOut:
+async def whoami(current: User) -> UserOut:
     return UserOut.of(current)

@@ -20,11 +20,13 @@ under 2 s and a pass under 1 s. With --json the last line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import atexit
 import heapq
 import itertools
 import json
 import os
 import random
+import shutil
 import socket
 import statistics
 import tempfile
@@ -196,6 +198,8 @@ def main() -> None:
     args = parser.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="corral-scale-"))
+    # Removed when the script ends, however it ends (the server's thread is a daemon).
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     store, _ = open_store(data_dir, None)
     token = (data_dir / "admin-token").read_text().strip()
     started = time.perf_counter()

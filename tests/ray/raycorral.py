@@ -92,6 +92,13 @@ class RayServer(CorralUp):
     address: str = ""
     namespace: str = ""
     command: str = "server"
+    # The Ray agents keep their workloads' directories under the agent directory: not in
+    # a directory of the temporary folder made for `corral up` (as the base class does),
+    # which nothing here would use or remove.
+    workloads_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workloads_dir = self.agent_dir
 
     @property
     def agent_dir(self) -> Path:

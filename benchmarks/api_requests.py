@@ -11,7 +11,9 @@ hashing fixed, which otherwise moves them), every thread of the server process c
 (the event loop, worker threads, the submission writer; no scheduler runs). Requests are
 made straight through the application's ASGI interface, with no HTTP and no network: the
 figure is the application's (routing, middleware, authentication, validation, the
-handler, the store, the answer), not uvicorn's.
+handler, the store, the answer), not uvicorn's, and not a client's: the requests are
+handed to the application as ASGI messages made here, since httpx's ASGI transport would
+add its own work to every request counted.
 
 Cases: GET /healthz; GET /api/v1/whoami; GET /api/v1/workloads/NAME; POST
 /api/v1/workloads (a single-GPU workload); POST /api/v1/workloads/batch, per workload
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import re
@@ -34,6 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from api_throughput import submission
+
 BATCH = 1000
 CASES = {
     "healthz": ("GET", "/healthz"),
@@ -42,20 +45,10 @@ CASES = {
     "submit": ("POST", "/api/v1/workloads"),
     "batch_per_workload": ("POST", "/api/v1/workloads/batch"),
 }
-_names = itertools.count()
-
-
-def workload() -> dict[str, Any]:
-    return {
-        "project": "bench",
-        "tasks": [{"gpu": 1}],
-        "command": ["sleep", "infinity"],
-        "name": f"w-{next(_names)}",
-    }
 
 
 def child(case: str, requests: int) -> None:
-    """Serve the case's requests in this process (run under callgrind by `count`)."""
+    """Serve the case's requests in this process (run under callgrind by `instructions`)."""
     # Every request comes with the admin's token: its write limit would refuse them.
     os.environ["CORRAL_WRITE_RATE"] = "0"
     from starlette.types import Message
@@ -108,15 +101,15 @@ def child(case: str, requests: int) -> None:
 
         def body() -> Any:
             if case == "submit":
-                return workload()
+                return submission()
             if case == "batch_per_workload":
-                return {"workloads": [workload() for _ in range(BATCH)]}
+                return {"workloads": [submission() for _ in range(BATCH)]}
             return None
 
         async def run() -> None:
             async with app.router.lifespan_context(app):
                 await call("POST", "/api/v1/queues", {"name": "bench", "deserved": 100_000})
-                seed = {**workload(), "name": "seed-0"}
+                seed = {**submission(), "name": "seed-0"}
                 await call("POST", "/api/v1/workloads", seed)
                 method, path = CASES[case]
                 # Warm up (the first request of a route builds what later ones reuse).

@@ -4,6 +4,7 @@ exit codes, signals to the whole group, adoption."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -248,6 +249,71 @@ def test_sigterm_without_a_handler_reports_143(tmp_path: Path, spawned: list[Tas
     process.signal(signal.SIGTERM)
     # The launcher ignores SIGTERM and outlives its command to record how it ended.
     assert wait_exit(process) == 143
+
+
+def launcher(tmp_path: Path, command: list[str], *python: str) -> subprocess.Popen[bytes]:
+    """A launcher (or `python` arguments that run one) of `command`, waiting for its
+    environment on its standard input."""
+    python = python or (sys.executable, "-I", "-m", "corral.agent.launch")
+    return subprocess.Popen(
+        [*python, "--exit-file", str(tmp_path / "task.exit"), "--", *command],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def handles(pid: int, number: int) -> bool:
+    """Whether process `pid` catches or ignores signal `number` (it would not die of it)."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    mask = int(fields["SigIgn"], 16) | int(fields["SigCgt"], 16)
+    return bool(mask >> (number - 1) & 1)
+
+
+def finish(process: subprocess.Popen[bytes], env: dict[str, str]) -> int:
+    """Give a launcher its environment and wait for it; its whole group is killed after."""
+    try:
+        assert process.stdin is not None
+        with process.stdin:
+            process.stdin.write(json.dumps(env).encode())
+        return process.wait(timeout=20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def test_a_stop_sent_before_the_command_starts_means_it_never_starts(tmp_path: Path) -> None:
+    """The agent stops a task just after starting it: the SIGTERM reaches the launcher
+    while it still reads the task's environment, and no command to pass it to exists yet."""
+    started = tmp_path / "started"
+    process = launcher(tmp_path, ["sh", "-c", f"touch {started}; sleep 30"])
+    wait_until(lambda: handles(process.pid, signal.SIGTERM), 20, "the launcher's handler")
+    os.killpg(process.pid, signal.SIGTERM)
+    assert finish(process, dict(os.environ)) == 143
+    assert (tmp_path / "task.exit").read_text() == "143\nstopped before its command started\n"
+    assert not started.exists()
+
+
+# Runs the launcher with its group sent SIGTERM just as the command is started, after the
+# launcher last looked for a stop and before the command exists.
+STOPPED_WHILE_STARTING = """
+import os, signal, subprocess, sys
+from corral.agent import launch
+start = subprocess.Popen
+def stopped_meanwhile(*args, **kwargs):
+    os.killpg(0, signal.SIGTERM)
+    return start(*args, **kwargs)
+subprocess.Popen = stopped_meanwhile
+sys.exit(launch.main(sys.argv[1:]))
+"""
+
+
+def test_a_stop_sent_while_the_command_is_started_reaches_the_command(tmp_path: Path) -> None:
+    process = launcher(tmp_path, ["sleep", "30"], sys.executable, "-c", STOPPED_WHILE_STARTING)
+    assert finish(process, dict(os.environ)) == 143
+    assert (tmp_path / "task.exit").read_text() == "143\n"
 
 
 def test_an_adopted_task_is_watched_through_its_exit_file(

@@ -3,7 +3,8 @@
 
 It runs the command in its own process group (which the agent created), ignores the
 SIGTERM that the agent sends to the whole group (the command gets it too and decides how
-to stop), and writes the command's exit code to F when it ends. The exit code then
+to stop; one sent before the command exists is passed on, or the command is not started),
+and writes the command's exit code to F when it ends. The exit code then
 survives a restart of the agent or the server: a task adopted after a restart is not the
 new agent's child, so `wait()` could not tell how it ended, but the file can.
 
@@ -35,6 +36,8 @@ from typing import Any
 from corral.agent.identity import identity_of
 
 NOT_FOUND = 127
+# The signals by which the agent (or a person at a terminal) asks a task to stop.
+STOPS = (signal.SIGTERM, signal.SIGINT)
 CANNOT_RUN = 126
 FENCED = 137
 OPTIONS = {"--exit-file", "--user", "--workdir", "--detach", "--lease", "--fence"}
@@ -129,8 +132,11 @@ def main(argv: list[str]) -> int:
     lease = _lease(options)
     if "--detach" in options:
         _detach(options["--detach"])
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A stop the agent sends the group before the command exists is the command's: it is
+    # remembered until then, not ignored (the agent would not send it again).
+    asked: list[int] = []
+    for number in STOPS:
+        signal.signal(number, lambda number, _frame: asked.append(number))
     try:
         given = "" if sys.stdin.isatty() else sys.stdin.read()
         # No environment given (a launcher started by hand): the command inherits ours.
@@ -138,6 +144,12 @@ def main(argv: list[str]) -> int:
         settings = _as_account(user, workdir)
     except (ValueError, LookupError) as error:
         return _fail(exit_file, CANNOT_RUN, f"cannot prepare the task: {error}")
+    # While the command is started, a stop waits (blocked): sent after the fork, it
+    # reaches the command too; sent before, only this process, which passes it on.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    if asked:
+        code = 128 + asked[0]
+        return _fail(exit_file, code, "stopped before its command started")
     try:
         # The child gets default signal handling back, so SIGTERM reaches user code.
         child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, **settings)
@@ -150,6 +162,15 @@ def main(argv: list[str]) -> int:
     except subprocess.SubprocessError:
         where = f"the working directory {workdir!r}"
         return _fail(exit_file, CANNOT_RUN, f"cannot enter {where} as {user or 'the agent user'}")
+    waiting = signal.sigpending() & set(STOPS)
+    # From now on the command gets the group's signals itself; this process ignores them
+    # (which drops those waiting) and outlives the command to record how it ended.
+    for number in STOPS:
+        signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+    for number in sorted(waiting):
+        # At least once: one sent just after the fork reaches the command twice.
+        child.send_signal(number)
     code = child.wait() if lease is None else _wait_fenced(child, exit_file, *lease)
     # A child killed by signal N reports -N; shells report 128 + N, and so do we.
     code = 128 - code if code < 0 else code

@@ -296,6 +296,32 @@ def test_a_stop_sent_before_the_command_starts_means_it_never_starts(tmp_path: P
     assert not started.exists()
 
 
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("", "no environment on standard input (its agent ended before sending it)"),
+        ('["PATH=/bin"]', "the environment on standard input is not a JSON object of strings"),
+        ('{"PATH": 1}', "the environment on standard input is not a JSON object of strings"),
+        ('{"PATH": "/bin"', "Expecting"),
+    ],
+)
+def test_a_launcher_without_its_environment_does_not_start_the_command(
+    tmp_path: Path, given: str, why: str
+) -> None:
+    """An agent killed between starting a launcher and writing its environment: the command
+    does not run with the launcher's own environment (no devices named in it)."""
+    started = tmp_path / "started"
+    process = launcher(tmp_path, ["sh", "-c", f"touch {started}"])
+    assert process.stdin is not None
+    with process.stdin:
+        process.stdin.write(given.encode())
+    assert process.wait(timeout=20) == 126
+    code, reason = (tmp_path / "task.exit").read_text().split("\n", 1)
+    assert code == "126"
+    assert reason.startswith(f"cannot prepare the task: {why}")
+    assert not started.exists()
+
+
 # Runs the launcher with its group sent SIGTERM just as the command is started, after the
 # launcher last looked for a stop and before the command exists.
 STOPPED_WHILE_STARTING = """

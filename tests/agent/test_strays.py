@@ -7,6 +7,7 @@ and a task started again waits for its old process to go. Real launchers, real s
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -188,6 +189,15 @@ def test_a_strays_devices_are_held_until_it_has_gone(data_dir) -> None:  # type:
         agent.close()
 
 
+def by_hand(arguments: list[str]) -> subprocess.Popen[bytes]:
+    """A launcher started as the agent starts one: its own group, its environment given."""
+    process = subprocess.Popen(arguments, start_new_session=True, stdin=subprocess.PIPE)
+    assert process.stdin is not None
+    with process.stdin:
+        process.stdin.write(json.dumps({"PATH": os.environ["PATH"]}).encode())
+    return process
+
+
 def test_a_process_that_only_names_a_launcher_is_not_taken_for_one(tmp_path: Path) -> None:
     """A task cannot make an agent stop another's work, or hold its devices, by putting a
     launcher's arguments on its own command line: it leads no process group of its own,
@@ -201,23 +211,15 @@ def test_a_process_that_only_names_a_launcher_is_not_taken_for_one(tmp_path: Pat
     # A real launcher, of another data directory.
     other = str(tmp_path / "other" / "task-0.exit")
     processes.append(
-        subprocess.Popen(
-            [PYTHON, "-I", "-m", "corral.agent.launch", "--exit-file", other, "--", "sleep", "30"],
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
+        by_hand(
+            [PYTHON, "-I", "-m", "corral.agent.launch", "--exit-file", other, "--", "sleep", "30"]
         )
     )
     try:
         wait_until(lambda: all(running(p.pid) for p in processes), 5, "all of them to run")
         assert find_strays(run) == {}
         # The same launcher, of this data directory, is one.
-        processes.append(
-            subprocess.Popen(
-                [PYTHON, "-I", *fake, "--", "sleep", "30"],
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-            )
-        )
+        processes.append(by_hand([PYTHON, "-I", *fake, "--", "sleep", "30"]))
         found = wait_until(lambda: find_strays(run), 5, "the real launcher")
         assert [(s.key, s.pid) for s in found.values()] == [(("someone", 0), processes[-1].pid)]
     finally:

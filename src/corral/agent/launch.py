@@ -10,9 +10,10 @@ new agent's child, so `wait()` could not tell how it ended, but the file can.
 
 The launcher keeps the agent's identity (root, on a shared node) so that it can always
 write F; only the command runs as account U (its uid, gid and groups), in D, with the
-environment the agent writes to the launcher's standard input as a JSON object. The
-launcher's own environment is the agent's minimal one: nothing of the task's (such as
-LD_PRELOAD or PYTHONPATH) reaches a process that keeps root.
+environment the agent writes to the launcher's standard input as a JSON object (without
+one, it does not start the command). The launcher's own environment is the agent's
+minimal one: nothing of the task's (such as LD_PRELOAD or PYTHONPATH) reaches a process
+that keeps root.
 
 Two options serve agents that run under Ray (`corral.cluster.ray`): `--detach PIDFILE`
 makes the launcher leave its parent's process tree (a Ray worker kills its own children
@@ -36,10 +37,10 @@ from typing import Any
 from corral.agent.identity import identity_of
 
 NOT_FOUND = 127
-# The signals by which the agent (or a person at a terminal) asks a task to stop.
-STOPS = (signal.SIGTERM, signal.SIGINT)
 CANNOT_RUN = 126
 FENCED = 137
+# The signals by which the agent (or a person at a terminal) asks a task to stop.
+STOPS = (signal.SIGTERM, signal.SIGINT)
 OPTIONS = {"--exit-file", "--user", "--workdir", "--detach", "--lease", "--fence"}
 USAGE = (
     "usage: python -I -m corral.agent.launch --exit-file FILE [--user NAME] [--workdir DIR]"
@@ -115,6 +116,20 @@ def _as_account(user: str | None, workdir: str | None) -> dict[str, Any]:
     return settings
 
 
+def _environment(given: str) -> dict[str, str]:
+    """The command's environment, from the JSON object the agent wrote. Nothing written
+    (the agent ended between starting the launcher and writing it) is refused: the command
+    would otherwise run with this process's environment, which sets none of its devices."""
+    if not given.strip():
+        raise ValueError("no environment on standard input (its agent ended before sending it)")
+    env = json.loads(given)
+    if not isinstance(env, dict) or not all(
+        isinstance(name, str) and isinstance(value, str) for name, value in env.items()
+    ):
+        raise ValueError("the environment on standard input is not a JSON object of strings")
+    return env
+
+
 def _fail(exit_file: str, code: int, reason: str) -> int:
     print(f"corral: {reason}", file=sys.stderr)
     write_exit(exit_file, code, reason)
@@ -138,9 +153,7 @@ def main(argv: list[str]) -> int:
     for number in STOPS:
         signal.signal(number, lambda number, _frame: asked.append(number))
     try:
-        given = "" if sys.stdin.isatty() else sys.stdin.read()
-        # No environment given (a launcher started by hand): the command inherits ours.
-        env = json.loads(given) if given.strip() else None
+        env = _environment(sys.stdin.read())
         settings = _as_account(user, workdir)
     except (ValueError, LookupError) as error:
         return _fail(exit_file, CANNOT_RUN, f"cannot prepare the task: {error}")

@@ -331,6 +331,16 @@ def test_options_answers_with_the_allowed_methods(api: Api) -> None:
             anonymous.options("/queues/q").headers["allow"] == "DELETE, GET, HEAD, OPTIONS, PATCH"
         )
         assert anonymous.options("/nowhere").status_code == 404
+        # A method the path does not have: 405, naming every method it has (each of a
+        # path's methods is a route of its own, and Starlette named the first one's).
+        for method, path, allow in [
+            ("PUT", "/workloads", "GET, HEAD, OPTIONS, POST"),
+            ("POST", "/workloads/some-name", "DELETE, GET, HEAD, OPTIONS, PATCH"),
+            ("PUT", "/queues/q", "DELETE, GET, HEAD, OPTIONS, PATCH"),
+        ]:
+            refused = anonymous.request(method, path)
+            assert refused.status_code == 405, (method, path)
+            assert refused.headers["allow"] == allow, (method, path)
 
 
 # -- the first admin token -----------------------------------------------------------------

@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from corral.server.options import allowed_methods
 from corral.server.schemas import ErrorOut
 from corral.store import Conflict, Invalid, NotFound
 
@@ -124,10 +125,17 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(RequestValidationError, validation)
 
-    async def http_error(_request: Request, error: Exception) -> JSONResponse:
+    async def http_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)
+        headers = error.headers
+        # Starlette names only the methods of the first route of the path; each method of
+        # a path is a route of its own here.
+        if error.status_code == 405 and (
+            allowed := allowed_methods(request.app.router.routes, request.scope)
+        ):
+            headers = {**(headers or {}), "Allow": ", ".join(allowed)}
         return JSONResponse(
-            {"detail": str(error.detail)}, status_code=error.status_code, headers=error.headers
+            {"detail": str(error.detail)}, status_code=error.status_code, headers=headers
         )
 
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -1,4 +1,4 @@
-"""OPTIONS requests: answered for every route with the methods it allows (`Allow`)."""
+"""The methods a path allows (`Allow`): the answer to OPTIONS, and the header of a 405."""
 
 from __future__ import annotations
 
@@ -10,6 +10,22 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 # The methods probed: a route answers FULL for those it has (HEAD goes with GET).
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
+    """The methods the routes that match the request's path allow, sorted, with HEAD (when
+    GET is one) and OPTIONS; none when no route matches the path."""
+    allowed = {
+        method
+        for method in METHODS
+        if any(route.matches({**scope, "method": method})[0] == Match.FULL for route in routes)
+    }
+    if not allowed:
+        return []
+    if "GET" in allowed:
+        allowed.add("HEAD")
+    allowed.add("OPTIONS")
+    return sorted(allowed)
 
 
 class AllowedMethods:
@@ -26,19 +42,10 @@ class AllowedMethods:
         if scope["type"] != "http" or scope["method"] != "OPTIONS":
             await self.app(scope, receive, send)
             return
-        allowed = {
-            method
-            for method in METHODS
-            if any(
-                route.matches({**scope, "method": method})[0] == Match.FULL for route in self.routes
-            )
-        }
+        allowed = allowed_methods(self.routes, scope)
         response: Response
         if not allowed:
             response = JSONResponse({"detail": "Not Found"}, status_code=404)
         else:
-            if "GET" in allowed:
-                allowed.add("HEAD")
-            allowed.add("OPTIONS")
-            response = Response(status_code=204, headers={"Allow": ", ".join(sorted(allowed))})
+            response = Response(status_code=204, headers={"Allow": ", ".join(allowed)})
         await response(scope, receive, send)

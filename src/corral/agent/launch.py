@@ -4,9 +4,9 @@
 It runs the command in its own process group (which the agent created), ignores the
 SIGTERM that the agent sends to the whole group (the command gets it too and decides how
 to stop; one sent before the command exists is passed on, or the command is not started),
-and writes the command's exit code to F when it ends. The exit code then
-survives a restart of the agent or the server: a task adopted after a restart is not the
-new agent's child, so `wait()` could not tell how it ended, but the file can.
+and writes the command's exit code to F when it ends. The exit code then survives a
+restart of the agent or the server: a task adopted after a restart is not the new
+agent's child, so `wait()` could not tell how it ended, but the file can.
 
 The launcher keeps the agent's identity (root, on a shared node) so that it can always
 write F; only the command runs as account U (its uid, gid and groups), in D, with the
@@ -151,7 +151,7 @@ def main(argv: list[str]) -> int:
     # remembered until then, not ignored (the agent would not send it again).
     asked: list[int] = []
     for number in STOPS:
-        signal.signal(number, lambda number, _frame: asked.append(number))
+        signal.signal(number, lambda received, _frame: asked.append(received))
     try:
         env = _environment(sys.stdin.read())
         settings = _as_account(user, workdir)

@@ -15,11 +15,12 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
     """The methods the routes that match the request's path allow, sorted, with HEAD (when
     GET is one) and OPTIONS; none when no route matches the path."""
-    allowed = {
-        method
-        for method in METHODS
-        if any(route.matches({**scope, "method": method})[0] == Match.FULL for route in routes)
-    }
+    allowed: set[str] = set()
+    for method in METHODS:
+        # One copy of the request's scope per method, not per route (matching reads it).
+        probe = {**scope, "method": method}
+        if any(route.matches(probe)[0] == Match.FULL for route in routes):
+            allowed.add(method)
     if not allowed:
         return []
     if "GET" in allowed:

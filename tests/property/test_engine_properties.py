@@ -338,6 +338,30 @@ def test_no_device_over_committed(case: Case) -> None:
     assert physical_problems(after) == []
 
 
+@CYCLE
+@given(st.one_of(cases(), evicting_cases))
+def test_applied_decisions_change_only_the_workloads_decided(case: Case) -> None:
+    """apply_decisions keeps every workload no decision names as it was, the same object
+    in the same place (the kept state of a Scheduler knows its work by identity), and
+    gives each one named its placements less the evicted tasks and plus the bound ones."""
+    decisions, after = run(case)
+    evicted: dict[str, set[int]] = {}
+    for eviction in decisions.evictions:
+        evicted.setdefault(eviction.workload, set()).update(eviction.tasks)
+    assert len(after.workloads) == len(case.snapshot.workloads)
+    for old, new in zip(case.snapshot.workloads, after.workloads, strict=True):
+        gone, started = evicted.get(old.name, set()), decisions.bindings.get(old.name, ())
+        if not gone and not started:
+            assert new is old
+            continue
+        kept = [p for p in old.placements if p.task not in gone]
+        assert new.placements == tuple(sorted([*kept, *started], key=lambda p: p.task))
+        assert new.running_for == (0.0 if started and not kept else old.running_for)
+        assert replace(new, placements=old.placements, running_for=old.running_for) == replace(
+            old, since_checkpoint=new.since_checkpoint
+        )
+
+
 # 2 -------------------------------------------------------------------------------------
 
 

@@ -38,7 +38,6 @@ from corral.model import (
     SchedulerConfig,
     Snapshot,
     UnknownParent,
-    Workload,
     check_tree,
 )
 from corral.model.usage import decay_settings
@@ -97,12 +96,16 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
     evicted: dict[str, set[int]] = {}
     for eviction in decisions.evictions:
         evicted.setdefault(eviction.workload, set()).update(eviction.tasks)
-    workloads: list[Workload] = []
-    for workload in snapshot.workloads:
+    bindings = decisions.bindings
+    touched = evicted.keys() | bindings.keys()
+    workloads = list(snapshot.workloads)
+    # A cycle touches few of the workloads it was given (a server under a stream of
+    # submissions keeps thousands): they are found first, and only they are looked at.
+    for index in [i for i, workload in enumerate(workloads) if workload.name in touched]:
+        workload = workloads[index]
         gone = evicted.get(workload.name, set())
-        started = decisions.bindings.get(workload.name, ())
+        started = bindings.get(workload.name, ())
         if not gone and not started:
-            workloads.append(workload)
             continue
         placements = [p for p in workload.placements if p.task not in gone]
         running_for, since_checkpoint = workload.running_for, workload.since_checkpoint
@@ -112,13 +115,11 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
             since_checkpoint = None if since_checkpoint is None else 0.0
         placements.extend(started)
         placements.sort(key=lambda p: p.task)
-        workloads.append(
-            replace(
-                workload,
-                placements=tuple(placements),
-                running_for=running_for,
-                since_checkpoint=since_checkpoint,
-            )
+        workloads[index] = replace(
+            workload,
+            placements=tuple(placements),
+            running_for=running_for,
+            since_checkpoint=since_checkpoint,
         )
     return replace(snapshot, workloads=tuple(workloads))
 

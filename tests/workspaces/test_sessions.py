@@ -227,6 +227,41 @@ def test_a_slow_or_vanished_client_blocks_nobody_else(corral: Server, web: str) 
                 assert http.get("/healthz").status_code == 200
 
 
+@contextlib.contextmanager
+def execs_as_alice(corral: Server, scripts: list[str]) -> Iterator[list[subprocess.Popen[str]]]:
+    """`corral exec web -- /bin/sh -c SCRIPT` for each script, all at once, as alice,
+    with no input; whichever are still running at the end are killed."""
+    sessions = [
+        subprocess.Popen(
+            [CORRAL, "exec", "web", "--", "/bin/sh", "-c", script],
+            env=corral.cli_env("alice"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for script in scripts
+    ]
+    try:
+        yield sessions
+    finally:
+        for session in sessions:
+            if session.poll() is None:
+                session.kill()
+                session.communicate()
+
+
+def test_sessions_ending_together_each_give_their_own_exit_code(corral: Server, web: str) -> None:
+    """Several sessions at once, their input ended at the start (as a script's is) and
+    their commands ending together: each client gets its own command's exit code. (A
+    session closed its ended input again when it was released, when the number was
+    another session's stream or connection by then: clients got 255, or hung.)"""
+    scripts = [f"sleep 2; exit {10 + index}" for index in range(6)]
+    with execs_as_alice(corral, scripts) as sessions:
+        ended = [session.communicate(timeout=60) for session in sessions]
+        assert [session.returncode for session in sessions] == [10 + i for i in range(6)], ended
+
+
 def test_list_and_open_show_the_url(corral: Server, web: str) -> None:
     listed = corral.cli("workspace", "list", "--json", who="alice")
     assert listed.returncode == 0, listed.stderr

@@ -4,6 +4,7 @@ with a pseudo-terminal for a shell. They are stopped when their workload's task 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -16,11 +17,18 @@ import termios
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.agent.identity import Identity
 
 # A window size a terminal cannot have; larger values are clamped.
 MAX_WINDOW = 1000
+# How often a command whose output has ended is looked at until it exits: soon at first
+# (most exit with their output), then at most every EXIT_POLL_MAX seconds.
+EXIT_POLL_FIRST = 0.005
+EXIT_POLL_MAX = 0.5
+# A stream's fd once this session has closed it.
+CLOSED = -1
 
 
 @dataclass
@@ -50,8 +58,12 @@ class ExecSession:
             with contextlib.suppress(OSError):
                 os.write(self.input, b"\x04")
             return
-        with contextlib.suppress(OSError):
-            os.close(self.input)
+        # Closed once: the number may belong to another session's stream (or a client's
+        # socket) by the time the session is released.
+        fd, self.input = self.input, CLOSED
+        if fd != CLOSED:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def control(self, text: str) -> None:
         """A client's control message, `{"resize": [ROWS, COLS]}` or `{"eof": true}`;
@@ -68,9 +80,17 @@ class ExecSession:
         if message.get("eof") is True:
             self.end_input()
 
-    def exit_code(self) -> int:
-        """Wait for the command's end: its exit code, 128 + N when killed by signal N."""
-        code = self.process.wait()
+    async def exited(self, gone: asyncio.Future[Any]) -> int | None:
+        """Its exit code once the command ends (128 + N when killed by signal N), or None
+        when `gone` (the client's side of the session) ends first. Polled from the event
+        loop, not waited for in a thread: a command may close its output and run on for
+        as long as it likes, and a member could keep any number of threads waiting."""
+        pause = EXIT_POLL_FIRST
+        while (code := self.process.poll()) is None:
+            if gone.done():
+                return None
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, EXIT_POLL_MAX)
         return 128 - code if code < 0 else code
 
     def kill(self) -> None:
@@ -87,7 +107,7 @@ class ExecSession:
         with contextlib.suppress(Exception):
             self.process.wait(timeout=5)
         for fd in {self.input, self.output, self.errors}:
-            if fd is not None:
+            if fd is not None and fd != CLOSED:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 

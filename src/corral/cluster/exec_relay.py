@@ -275,8 +275,9 @@ async def _relay(
         done, _ = await asyncio.wait({outputs, listener}, return_when=asyncio.FIRST_COMPLETED)
         if listener in done or outputs.exception() is not None:
             return
-        loop = asyncio.get_running_loop()
-        code = await loop.run_in_executor(None, session.exit_code)
+        code = await session.exited(listener)
+        if code is None:
+            return
         writer.write(frame(EXIT, struct.pack(">i", code)))
         await writer.drain()
     finally:

@@ -163,7 +163,9 @@ async def _bridge(websocket: WebSocket, session: ExecSession) -> None:
         done, _ = await asyncio.wait({outputs, listener}, return_when=asyncio.FIRST_COMPLETED)
         if listener in done:
             return
-        code = await run_in_threadpool(session.exit_code)
+        code = await session.exited(listener)
+        if code is None:
+            return
         await websocket.send_text(json.dumps({"exit": code}))
         await websocket.close(1000)
     except WebSocketDisconnect:

@@ -17,6 +17,9 @@ and registers enough virtual 8-GPU nodes for every workload to bind, then measur
    its own connection, N workloads in all; then the time until all are bound.
 4. The batch endpoint: B batches of S workloads each (POST /workloads/batch, one client),
    workloads per second; then the time until all are bound.
+5. Reads from C concurrent clients: N GETs of single workloads (GET /workloads/{name}, a
+   handler that is a plain function, run in the server's worker threads), reads per
+   second.
 
 The bursts' clients speak HTTP/1.1 with the standard library's `http.client` over one
 kept-alive connection each: httpx costs about 1 ms of CPU per request, and 16 clients in
@@ -31,11 +34,12 @@ figures are a lower bound for the server alone.
 With --json the last line is one JSON object, per backend: `submits_per_second_1`,
 `submits_per_second_concurrent`, `bound_per_second_1`, `bound_per_second_concurrent`,
 `latency_p50_ms`, `latency_p99_ms`, `store_latency_p50_ms`, `store_latency_p99_ms`,
-`batch_workloads_per_second`, `batch_bound_per_second`, `cycle_seconds` (the last
-scheduling cycle, with every workload in the store), `nodes`; and, where /proc tells a
-process's CPU time (Linux), `server_cpu_ms_per_submission` (16 clients) and
-`server_cpu_us_per_batch_workload`: the server process's CPU time from a burst's first
-request to its last answer (binding meanwhile included), per workload. On a machine
+`batch_workloads_per_second`, `batch_bound_per_second`, `reads_per_second_concurrent`,
+`cycle_seconds` (the last scheduling cycle, with every workload in the store), `nodes`;
+and, where /proc tells a process's CPU time (Linux), `server_cpu_ms_per_submission` (16
+clients), `server_cpu_us_per_batch_workload` and `server_cpu_ms_per_read`: the server
+process's CPU time from a burst's first request to its last answer (binding meanwhile
+included), per workload or read. On a machine
 shared with other work the rates move with its load; the CPU time much less.
 """
 
@@ -111,6 +115,11 @@ class Connection:
 
     def post(self, path: str, body: Any) -> tuple[int, bytes]:
         self.http.request("POST", f"/api/v1{path}", json.dumps(body), self.headers)
+        response = self.http.getresponse()
+        return response.status, response.read()
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        self.http.request("GET", f"/api/v1{path}", headers=self.headers)
         response = self.http.getresponse()
         return response.status, response.read()
 
@@ -248,29 +257,34 @@ def per_item(server: Server, cpu_before: float | None, count: int) -> float | No
     return None if cpu is None or cpu_before is None else (cpu - cpu_before) / count
 
 
-def submit_burst(server: Server, count: int, clients: int) -> Burst:
-    """Submit `count` workloads from `clients` threads. Returns submissions per second,
-    workloads bound per second (from the first submission until all of them run), and
-    the server's CPU seconds per submission until the last answer (None without /proc)."""
-    with server.client() as client:
-        before = running_count(client)
+def concurrently(
+    server: Server,
+    count: int,
+    clients: int,
+    request: Callable[[Connection], tuple[int, bytes]],
+    expected: int,
+) -> tuple[float, float, float | None]:
+    """`count` requests from `clients` threads, each with its own connection, each to be
+    answered `expected`. Returns when the first was sent (perf_counter), the seconds until
+    the last answer, and the server's CPU seconds per request meanwhile (None without
+    /proc)."""
     shares = [count // clients + (1 if i < count % clients else 0) for i in range(clients)]
     errors: list[str] = []
     barrier = threading.Barrier(clients + 1)
 
-    def submitter(share: int) -> None:
+    def client(share: int) -> None:
         connection = server.connection()
         try:
             barrier.wait()
             for _ in range(share):
-                status, answer = connection.post("/workloads", submission())
-                if status != 201:
+                status, answer = request(connection)
+                if status != expected:
                     errors.append(f"{status}: {answer[:300]!r}")
                     return
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=submitter, args=(share,)) for share in shares]
+    threads = [threading.Thread(target=client, args=(share,)) for share in shares]
     for thread in threads:
         thread.start()
     barrier.wait()
@@ -278,11 +292,38 @@ def submit_burst(server: Server, count: int, clients: int) -> Burst:
     start = time.perf_counter()
     for thread in threads:
         thread.join()
-    submitted = time.perf_counter() - start
+    took = time.perf_counter() - start
     cpu = per_item(server, cpu, count)
     if errors:
-        raise RuntimeError(f"{len(errors)} submissions failed, first: {errors[0]}")
+        raise RuntimeError(f"{len(errors)} requests failed, first: {errors[0]}")
+    return start, took, cpu
+
+
+def submit_burst(server: Server, count: int, clients: int) -> Burst:
+    """Submit `count` workloads from `clients` threads. Returns submissions per second,
+    workloads bound per second (from the first submission until all of them run), and
+    the server's CPU seconds per submission until the last answer (None without /proc)."""
+    with server.client() as client:
+        before = running_count(client)
+
+    def submit(connection: Connection) -> tuple[int, bytes]:
+        return connection.post("/workloads", submission())
+
+    start, submitted, cpu = concurrently(server, count, clients, submit, 201)
     return count / submitted, count / (wait_bound(server, before + count) - start), cpu
+
+
+def read_burst(server: Server, count: int, clients: int) -> tuple[float, float | None]:
+    """GET `count` workloads, the first ones submitted, one at a time from each of
+    `clients` threads. Returns reads per second and the server's CPU seconds per read
+    (None without /proc)."""
+    names = itertools.cycle([f"w-{index}" for index in range(min(count, 500))])
+
+    def read(connection: Connection) -> tuple[int, bytes]:
+        return connection.get(f"/workloads/{next(names)}")
+
+    _, took, cpu = concurrently(server, count, clients, read, 200)
+    return count / took, cpu
 
 
 def wait_bound(server: Server, running: int) -> float:
@@ -344,9 +385,12 @@ def run_backend(
             nodes += add_nodes(server, nodes, batches * batch_size)
             batch, batch_bound, batch_cpu = submit_batches(server, batches, batch_size)
             progress(f"{backend}: batches {batch:.0f}/s, bound {batch_bound:.0f}/s")
-            if many_cpu is not None and batch_cpu is not None:
+            reads, read_cpu = read_burst(server, count, clients)
+            progress(f"{backend}: {clients} clients {reads:.0f} reads/s")
+            if many_cpu is not None and batch_cpu is not None and read_cpu is not None:
                 figures["server_cpu_ms_per_submission"] = 1000 * many_cpu
                 figures["server_cpu_us_per_batch_workload"] = 1_000_000 * batch_cpu
+                figures["server_cpu_ms_per_read"] = 1000 * read_cpu
             with server.client() as client:
                 cycle = expect(client.get("/cluster"), 200)["last_cycle_seconds"]
             figures.update(
@@ -356,6 +400,7 @@ def run_backend(
                 bound_per_second_concurrent=many_bound,
                 batch_workloads_per_second=batch,
                 batch_bound_per_second=batch_bound,
+                reads_per_second_concurrent=reads,
                 cycle_seconds=cycle,
             )
             return figures
@@ -383,6 +428,7 @@ def table(results: dict[str, dict[str, float]], clients: int) -> list[str]:
             ("batch endpoint, workloads/s", "batch_workloads_per_second", rate, BATCH_TARGET,
              True),
             ("batch endpoint, bound/s", "batch_bound_per_second", rate, None, True),
+            (f"reads/s, {clients} clients", "reads_per_second_concurrent", rate, None, True),
             ("submit-to-bound p50, wall clock", "latency_p50_ms", ms, latency, False),
             ("submit-to-bound p99, wall clock", "latency_p99_ms", ms, None, False),
             ("submit-to-bound p50, store times", "store_latency_p50_ms", ms, None, False),
@@ -403,6 +449,8 @@ def table(results: dict[str, dict[str, float]], clients: int) -> list[str]:
             lines.append(f"{backend:<11}{f'server CPU/submission, {clients} clients':<36}{cpu:>12}")
             cpu = f"{figures['server_cpu_us_per_batch_workload']:.1f} us"
             lines.append(f"{backend:<11}{'server CPU/workload, batch endpoint':<36}{cpu:>12}")
+            cpu = f"{figures['server_cpu_ms_per_read']:.3f} ms"
+            lines.append(f"{backend:<11}{f'server CPU/read, {clients} clients':<36}{cpu:>12}")
         nodes = f"{figures['nodes']:.0f} x 8 GPUs"
         lines.append(f"{backend:<11}{'nodes':<36}{nodes:>12}")
     return lines

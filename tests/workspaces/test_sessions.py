@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 from ws_support import CORRAL, Server, free_port, wait_until
 
+from corral.server.threads import WORKER_THREADS
 from pty_support import Terminal
 
 SERVE = 'exec "$0" -m http.server --bind "$CORRAL_HOST" "$CORRAL_PORT"'
@@ -260,6 +261,26 @@ def test_sessions_ending_together_each_give_their_own_exit_code(corral: Server, 
     with execs_as_alice(corral, scripts) as sessions:
         ended = [session.communicate(timeout=60) for session in sessions]
         assert [session.returncode for session in sessions] == [10 + i for i in range(6)], ended
+
+
+def test_exec_sessions_kept_waiting_on_purpose_stop_nobody_else(corral: Server, web: str) -> None:
+    """A member opens more exec sessions than the server has worker threads, each closing
+    its output and going on running, so the server waits for each one's exit. Another
+    member's requests, which run in the worker threads, are answered meanwhile."""
+    linger = 12
+    scripts = [f"echo ready; exec >&- 2>&-; exec sleep {linger}"] * (WORKER_THREADS + 2)
+    with execs_as_alice(corral, scripts) as sessions:
+        for session in sessions:
+            assert session.stdout is not None
+            assert session.stdout.readline() == "ready\n", session.stderr
+        with corral.api("bob") as api:
+            for _ in range(WORKER_THREADS + 2):
+                answer = api.get("/workloads", timeout=linger / 2)
+                assert answer.status_code == 200, answer.text
+        # Each session ends with its command, and says how.
+        for session in sessions:
+            _, errors = session.communicate(timeout=linger + 30)
+            assert session.returncode == 0, errors
 
 
 def test_list_and_open_show_the_url(corral: Server, web: str) -> None:

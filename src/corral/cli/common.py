@@ -80,6 +80,17 @@ def reported_errors(ctx: typer.Context) -> Iterator[None]:
         raise typer.Exit(code) from None
 
 
+def check_server_environment() -> None:
+    """What the server reads from the environment, checked before it starts:
+    InvalidInput naming the variable."""
+    from corral.server.threads import worker_threads
+
+    try:
+        worker_threads()
+    except ValueError as error:
+        raise InvalidInput(str(error)) from None
+
+
 def report_error(message: str) -> None:
     """One line on stderr, in red where colour is shown; never wrapped."""
     Console(stderr=True, soft_wrap=True, highlight=False).print(Text(message, style="red"))

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.common import CliError, reported_errors
+from corral.cli.common import CliError, check_server_environment, reported_errors
 from corral.cli.ray_options import (
     AgentDir,
     CheckpointRoot,
@@ -68,6 +68,7 @@ def server_command(
         if checkpoint_root is not None and ray is None:
             raise CliError("--checkpoint-root needs --ray: corral server alone runs no task")
         use_workspace_domain(workspace_domain)
+        check_server_environment()
         options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
         try:
             serve(

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.common import EXIT_INVALID, CliError, reported_errors
+from corral.cli.common import EXIT_INVALID, CliError, check_server_environment, reported_errors
 from corral.cli.ray_options import (
     AgentDir,
     CheckpointRoot,
@@ -104,6 +104,7 @@ def up_command(
         raise typer.Exit(EXIT_INVALID)
     with reported_errors(ctx):
         use_workspace_domain(workspace_domain)
+        check_server_environment()
         options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
         try:
             up(

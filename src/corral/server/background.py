@@ -18,6 +18,7 @@ from corral.server.dispatch import Dispatcher, releases_of
 from corral.server.rules import Upkeep
 from corral.server.scheduler import SchedulerLoop
 from corral.server.submissions import Submissions
+from corral.server.threads import limit_worker_threads, worker_threads
 from corral.store import Store, WorkloadRecord
 from corral.store.records import Release
 
@@ -39,6 +40,8 @@ class Background:
         self.cluster = cluster
         self.data_dir = data_dir
         self.run_scheduler = run_scheduler
+        # Read now, so that a bad CORRAL_WORKER_THREADS stops the server from starting.
+        self.worker_threads = worker_threads()
         self.loop = SchedulerLoop(store, config, interval)
         self.submissions = Submissions(store, self.loop.trigger)
         self.audit = AuditLog(store)
@@ -70,6 +73,7 @@ class Background:
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         """Run the background work while the application serves."""
+        limit_worker_threads(self.worker_threads)
         if self.dispatcher is not None and self.cluster is not None:
             self.cluster.connect(self.dispatcher)
             # Adopt what survived a restart, and start what was decided but not started.

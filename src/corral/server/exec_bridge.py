@@ -25,7 +25,6 @@ import logging
 from typing import Any
 
 from fastapi import APIRouter, WebSocket
-from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
 from corral.agent.exec import ExecSession
@@ -33,6 +32,7 @@ from corral.agent.fdio import read_fd, write_fd
 from corral.server.deps import API
 from corral.server.exec_remote import bridge_relayed, open_relayed
 from corral.server.proxy import deny, until_one_ends
+from corral.server.threads import run_waiting
 from corral.server.workspace_access import (
     Refused,
     authenticate,
@@ -115,7 +115,7 @@ async def exec_entry(websocket: WebSocket, name: str) -> None:
         await websocket.accept()
         await _bridge(websocket, session)
     finally:
-        await run_in_threadpool(session.release)
+        await run_waiting(session.release)
         cluster.forget_session(target.node, session)
 
 
@@ -124,7 +124,7 @@ async def _open_local(
 ) -> ExecSession:
     """A session of an agent in the server's process; Refused when it cannot start."""
     try:
-        session: ExecSession = await run_in_threadpool(
+        session: ExecSession = await run_waiting(
             cluster.open_session, target.node, name, task, command, tty
         )
     except LookupError as error:

@@ -16,7 +16,6 @@ import struct
 from typing import Any
 
 from fastapi import WebSocket
-from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
 from corral.cluster.exec_relay import (
@@ -32,6 +31,7 @@ from corral.cluster.exec_relay import (
     read_frame,
 )
 from corral.server.proxy import until_one_ends
+from corral.server.threads import run_waiting
 from corral.server.workspace_access import Refused
 
 # Seconds to reach a node's relay and have its answer to the secret.
@@ -63,7 +63,7 @@ async def open_relayed(
     the task does not run there (409), the command cannot start (400) or the node
     cannot be reached (502)."""
     try:
-        ticket: Ticket = await run_in_threadpool(opener, node, name, task, command, tty)
+        ticket: Ticket = await run_waiting(opener, node, name, task, command, tty)
     except LookupError as error:
         raise Refused(409, str(error)) from None
     except ValueError as error:

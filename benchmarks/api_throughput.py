@@ -204,6 +204,7 @@ def add_nodes(server: Server, first: int, workloads: int) -> int:
 
 
 SUBMISSION = {"project": "bench", "tasks": [{"gpu": 1}], "command": ["sleep", "infinity"]}
+# Each backend's server is new: its workloads are named w-0, w-1, ... (`first_names`).
 _names = itertools.count()
 
 
@@ -211,6 +212,12 @@ def submission() -> dict[str, Any]:
     """A single-GPU workload. Named by the client: names the server makes up have 24
     random bits and collide (409) about once in 2,000 submissions per project."""
     return {**SUBMISSION, "name": f"w-{next(_names)}"}
+
+
+def first_names() -> None:
+    """Name the next workloads from w-0 again (for a new server)."""
+    global _names
+    _names = itertools.count()
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -314,9 +321,9 @@ def submit_burst(server: Server, count: int, clients: int) -> Burst:
 
 
 def read_burst(server: Server, count: int, clients: int) -> tuple[float, float | None]:
-    """GET `count` workloads, the first ones submitted, one at a time from each of
-    `clients` threads. Returns reads per second and the server's CPU seconds per read
-    (None without /proc)."""
+    """GET `count` workloads, the first ones submitted to this server (w-0 on, at most
+    500 of them), one at a time from each of `clients` threads. Returns reads per second
+    and the server's CPU seconds per read (None without /proc)."""
     names = itertools.cycle([f"w-{index}" for index in range(min(count, 500))])
 
     def read(connection: Connection) -> tuple[int, bytes]:
@@ -370,6 +377,7 @@ def run_backend(
 ) -> dict[str, float]:
     def measure(db: str | None) -> dict[str, float]:
         with corral_server(db) as server:
+            first_names()
             started = time.perf_counter()
             nodes = prepare(server, samples + 2 * count)
             took = time.perf_counter() - started

@@ -51,10 +51,14 @@ def test_a_bad_worker_threads_setting_is_refused_by_name(
         worker_threads()
 
 
-def test_corral_server_with_a_bad_worker_threads_setting_does_not_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["server", "up", "demo"])
+def test_a_command_that_starts_a_server_refuses_a_bad_worker_threads_setting(
+    tmp_path: Path, command: str
+) -> None:
     data = tmp_path / "data"
+    where = [] if command == "demo" else ["--data-dir", str(data), "--port", "0"]
     done = subprocess.run(
-        [CORRAL, "server", "--data-dir", str(data), "--port", "0"],
+        [CORRAL, command, *where],
         capture_output=True,
         text=True,
         timeout=60,

@@ -2,7 +2,7 @@
 
 import typer
 
-from corral.cli.common import reported_errors
+from corral.cli.common import check_server_environment, reported_errors
 
 
 def demo_command(ctx: typer.Context) -> None:
@@ -10,5 +10,6 @@ def demo_command(ctx: typer.Context) -> None:
     from corral.server.demo import run_demo
 
     with reported_errors(ctx):
+        check_server_environment()
         code = run_demo()
     raise typer.Exit(code)

@@ -39,8 +39,8 @@ With --json the last line is one JSON object, per backend: `submits_per_second_1
 and, where /proc tells a process's CPU time (Linux), `server_cpu_ms_per_submission` (16
 clients), `server_cpu_us_per_batch_workload` and `server_cpu_ms_per_read`: the server
 process's CPU time from a burst's first request to its last answer (binding meanwhile
-included), per workload or read. On a machine
-shared with other work the rates move with its load; the CPU time much less.
+included), per workload or read. On a machine shared with other work the rates move with
+its load; the CPU time much less.
 """
 
 from __future__ import annotations
@@ -114,12 +114,13 @@ class Connection:
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def post(self, path: str, body: Any) -> tuple[int, bytes]:
-        self.http.request("POST", f"/api/v1{path}", json.dumps(body), self.headers)
-        response = self.http.getresponse()
-        return response.status, response.read()
+        return self.request("POST", path, json.dumps(body))
 
     def get(self, path: str) -> tuple[int, bytes]:
-        self.http.request("GET", f"/api/v1{path}", headers=self.headers)
+        return self.request("GET", path)
+
+    def request(self, method: str, path: str, body: str | None = None) -> tuple[int, bytes]:
+        self.http.request(method, f"/api/v1{path}", body, self.headers)
         response = self.http.getresponse()
         return response.status, response.read()
 

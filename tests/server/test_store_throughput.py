@@ -220,33 +220,35 @@ def test_a_change_the_generation_missed_fails_the_check(store: Store) -> None:
         loop.run_cycle()
 
 
-def test_a_write_between_its_commit_and_its_generation_is_no_false_alarm(
+def test_a_write_that_holds_the_lock_is_no_false_alarm(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write commits, then moves the generation, both under the write lock. A cycle that
-    checks its kept snapshot in between (the chaos test caught one: a task end committed,
-    not yet counted) must not take the committed change for one the generation missed."""
+    """A write moves the generation in its own transaction, under the write lock. A cycle
+    that checks its kept snapshot while such a write is under way (the chaos test caught
+    one when the two were apart: a task end committed, not yet counted) waits for it and
+    must not take its change for one the generation missed."""
     prepared(store)
     loop = SchedulerLoop(store)
     loop.verify = True
     store.submit(spec("w0"))
     store.submit(spec("w1"))
     loop.run_cycle()
-    committed, resume = threading.Event(), threading.Event()
+    counted, resume = threading.Event(), threading.Event()
     bump = store.bump
 
-    def bump_later(touched: Any = None) -> None:
+    def bump_then_wait(session: Any, touched: Any = None) -> int:
+        generation = bump(session, touched)
         if threading.current_thread() is not threading.main_thread():
-            committed.set()
+            counted.set()
             resume.wait(10)
-        bump(touched)
+        return generation
 
-    monkeypatch.setattr(store, "bump", bump_later)
+    monkeypatch.setattr(store, "bump", bump_then_wait)
     ending = threading.Thread(target=store.task_ended, args=("w0", 0, 0, "done"))
     ending.start()
-    assert committed.wait(10)
-    # The end is committed and the generation not yet moved: the writer still holds the
-    # lock, so the check waits for it (the timer lets it go on).
+    assert counted.wait(10)
+    # The end is written and counted, not committed: the writer holds the lock, so the
+    # cycle waits for it (the timer lets it go on).
     timer = threading.Timer(0.3, resume.set)
     timer.start()
     try:

@@ -1,32 +1,52 @@
 """The database under the store: engine, sessions, migrations, the write lock.
 
 SQLite (WAL mode, full fsync) is the embedded default; PostgreSQL is used by URL. Every
-change runs in one transaction under one process-wide write lock (`write`), so that the
-scheduler loop and API requests never interleave half-done changes. `read`, `write` and
-`writing` are the seam the store's modules (usage, telemetry, rules) work through.
+change runs in one transaction under one write lock (`write`), so that the scheduler and
+API requests never interleave half-done changes. The lock holds across processes (the
+server's API and its scheduler are two): a lock file beside a SQLite database, an
+advisory lock on PostgreSQL. So does the store's generation, the count of changes that
+scheduling depends on, kept in the database with the names of what each change touched
+(`bump`, `changed_since`). `read`, `write` and `writing` are the seam the store's
+modules (usage, telemetry, rules) work through.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import orjson
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    text,
+)
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+
+from corral.store.schema import ChangeRow
 
 log = logging.getLogger("corral.store")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-# How many generations remember which workloads their change touched (`changed_since`).
+# How many generations remember which workloads their change touched (`changed_since`),
+# and how often the older ones are forgotten.
 JOURNAL = 4096
+_FORGET_EVERY = 64
 # PostgreSQL plans by statistics that autovacuum refreshes about once a minute. A burst
 # of submissions outgrows them in seconds, and plans made from them filter the whole
 # table by each name (at 50,000 workloads a name lookup of a batch took 0.5 s, not 5 ms).
@@ -35,6 +55,19 @@ JOURNAL = 4096
 ANALYZE_GROWTH = 0.2
 ANALYZE_ROWS = 1000
 _GROWN = ("workloads", "task_groups")
+# The PostgreSQL advisory lock that is the write lock across processes (any number that
+# no other user of corral's database takes).
+_ADVISORY_KEY = 0x636F7272616C  # "corral"
+
+_CHANGES = cast(Table, ChangeRow.__table__)
+_NEWEST = select(func.max(_CHANGES.c.generation))
+_JOURNAL_ONE = insert(_CHANGES)
+_FORGET = delete(_CHANGES).where(_CHANGES.c.generation <= bindparam("oldest"))
+_SINCE = (
+    select(_CHANGES.c.touched)
+    .where(_CHANGES.c.generation > bindparam("then"), _CHANGES.c.generation <= bindparam("now"))
+    .order_by(_CHANGES.c.generation)
+)
 
 
 def database_url(data_dir: Path | None, url: str | None) -> str:
@@ -49,9 +82,11 @@ def database_url(data_dir: Path | None, url: str | None) -> str:
 
 
 class Database:
-    """A migrated database with its sessions and its write lock."""
+    """A migrated database with its sessions and its write lock. `migrate`: bring the
+    schema to the newest migration first (a second process on a database the server
+    opened, its scheduler, does not)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, migrate: bool = True) -> None:
         self.url = url
         self.sqlite = url.startswith("sqlite")
         self.engine: Engine = create_engine(
@@ -66,21 +101,28 @@ class Database:
         # Session events (see corral.store.usage) are installed on this factory, so that
         # they apply to this database's sessions only.
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # The write lock: one thread of this process at a time, and then one process.
         self._write_lock = threading.RLock()
-        # Counts committed changes that scheduling depends on (see `write`).
-        self.generation = 0
-        # Generation -> the only workloads its change touched, or None when it may have
-        # touched anything (see `changed_since`).
-        self._journal: dict[int, frozenset[str] | None] = {}
+        self._depth = 0
+        self._across = _across_processes(self.engine)
+        # While this process holds the lock, no other moves the generation: the thread
+        # that holds it reads it once and counts its own changes (see `generation`).
+        self._holder: int | None = None
+        self._held_generation: int | None = None
         # Workloads added since the planner's statistics were last refreshed, and how
         # many it counted then (see `grew`).
         self._growth_lock = threading.Lock()
         self._grown = 0
         self._analyzed = 0.0
-        self.migrate()
+        if migrate:
+            self.migrate()
 
     def migrate(self) -> None:
         """Bring the schema to the newest migration."""
+        # Imported here: a process that opens a migrated database needs none of it.
+        from alembic import command
+        from alembic.config import Config
+
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as connection:
@@ -88,38 +130,74 @@ class Database:
             command.upgrade(config, "head")
 
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection, and the write lock's."""
+        self._across.close()
         self.engine.dispose()
 
     @contextmanager
     def writing(self) -> Iterator[None]:
-        """Hold the write lock across several calls (the scheduler's cycle does)."""
+        """Hold the write lock across several calls (the scheduler's cycle does): no
+        other thread, and no other process, writes meanwhile."""
         with self._write_lock:
-            yield
+            if self._depth == 0:
+                self._across.acquire()
+                self._holder = threading.get_ident()
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._holder = self._held_generation = None
+                    self._across.release()
 
     @contextmanager
     def write(
         self, relevant: bool = True, touched: Collection[str] | None = None
     ) -> Iterator[Session]:
         """One transaction under the write lock. A `relevant` change (the default) is one
-        that can make a scheduling cycle computed before it wrong: it bumps `generation`
-        once committed. `touched`: the names of the only workloads the change can alter
-        (no node, queue or other workload), which lets the scheduler re-read just those."""
-        with self._write_lock:
-            with self.sessions.begin() as session:
-                yield session
-            if relevant:
-                self.bump(touched)
+        that can make a scheduling cycle computed before it wrong: it moves `generation`
+        in the same transaction. `touched`: the names of the only workloads the change
+        can alter (no node, queue or other workload), which lets the scheduler re-read
+        just those."""
+        with self.writing():
+            try:
+                with self.sessions.begin() as session:
+                    yield session
+                    if relevant:
+                        self.bump(session, touched)
+            except BaseException:
+                # Rolled back: a generation counted in it did not happen.
+                self._held_generation = None
+                raise
 
-    def bump(self, touched: Collection[str] | None = None) -> None:
-        """Count a committed relevant change; call it under the write lock. `touched` as
-        for `write`; None: the change may have altered anything."""
+    @property
+    def generation(self) -> int:
+        """How many relevant changes have committed (by any process), as of now; to the
+        thread that holds the write lock, with those of its own transaction."""
+        if self._holder == threading.get_ident():
+            if self._held_generation is None:
+                self._held_generation = self._read_generation()
+            return self._held_generation
+        return self._read_generation()
+
+    def _read_generation(self) -> int:
+        with self.engine.connect() as connection:
+            generation: int | None = connection.execute(_NEWEST).scalar()
+        return generation or 0
+
+    def bump(self, session: Session, touched: Collection[str] | None = None) -> int:
+        """Count a relevant change in the transaction of `session`, which holds the write
+        lock (see `write`), and return the generation it makes. `touched` as for `write`;
+        None: the change may have altered anything."""
         generation = self.generation + 1
-        # Journaled before the generation moves: a reader that sees the new generation
-        # finds its entry (or none, which reads as "anything").
-        self._journal[generation] = None if touched is None else frozenset(touched)
-        self._journal.pop(generation - JOURNAL, None)
-        self.generation = generation
+        names = None if touched is None else sorted(touched)
+        connection = session.connection()
+        connection.execute(_JOURNAL_ONE, {"generation": generation, "touched": names})
+        if generation % _FORGET_EVERY == 0:
+            connection.execute(_FORGET, {"oldest": generation - JOURNAL})
+        self._held_generation = generation
+        return generation
 
     def changed_since(self, then: int, now: int) -> frozenset[str] | None:
         """The workloads the relevant changes after generation `then` up to `now` touched,
@@ -127,12 +205,17 @@ class Database:
         (or is too old to be remembered)."""
         if now - then >= JOURNAL or now < then:
             return None
+        if now == then:
+            return frozenset()
+        with self.engine.connect() as connection:
+            journal = connection.execute(_SINCE, {"then": then, "now": now}).scalars().all()
+        if len(journal) != now - then:
+            return None
         names: set[str] = set()
-        for generation in range(then + 1, now + 1):
-            touched = self._journal.get(generation)
+        for touched in journal:
             if touched is None:
                 return None
-            names |= touched
+            names.update(touched)
         return frozenset(names)
 
     def grew(self, workloads: int) -> None:
@@ -186,3 +269,86 @@ def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.close()
+
+
+class _Lock(Protocol):
+    def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _across_processes(engine: Engine) -> _Lock:
+    """The write lock between processes on `engine`'s database."""
+    if engine.dialect.name == "postgresql":
+        return _AdvisoryLock(engine)
+    database = engine.url.database
+    if engine.dialect.name == "sqlite" and database and database != ":memory:":
+        return _FileLock(Path(f"{database}-lock"))
+    # A database only this process can open.
+    return _NoLock()
+
+
+class _FileLock:
+    """flock(2) on a file beside the SQLite database: released by the kernel when its
+    process ends, however it ends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        assert self._fd is not None
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class _AdvisoryLock:
+    """A PostgreSQL session-level advisory lock on a connection of its own: released by
+    the server when that connection ends, however its process ends."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._connection: Connection | None = None
+
+    def acquire(self) -> None:
+        if self._connection is None:
+            # Outside any transaction: the lock is the session's, and an open
+            # transaction would hold back vacuum for as long as the server runs.
+            self._connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            self._connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_KEY})
+        except SQLAlchemyError:
+            # A connection that broke is dropped: the next write opens another.
+            self.close()
+            raise
+
+    def release(self) -> None:
+        assert self._connection is not None
+        self._connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _ADVISORY_KEY})
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+class _NoLock:
+    def acquire(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

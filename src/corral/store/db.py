@@ -65,8 +65,8 @@ HOLDS_SECONDS = 10.0
 class Store(Database):
     """Queues, nodes, workloads, events, users and tokens, durably."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, migrate: bool = True) -> None:
+        super().__init__(url, migrate)
         usage.install(self)
         # Token digest -> (user, when it was looked up, when the token expires); see
         # `authenticate`.
@@ -323,21 +323,21 @@ class Store(Database):
             return []
         with self.writing():
             # Only a relevant change (a workload ended, was cancelled or deleted) or new
-            # held work can release anything; another server sharing the database moves
-            # no generation here, hence a look every HOLDS_SECONDS in any case.
+            # held work can release anything; still, a look every HOLDS_SECONDS.
             seen = self._holds_seen
+            generation = self.generation
             if (
                 seen is not None
-                and seen[0] == self.generation
+                and seen[0] == generation
                 and newest <= seen[1]
                 and time.monotonic() - seen[2] < HOLDS_SECONDS
             ):
                 return []
             with self.write(relevant=False) as session:
                 changed = lifecycle.resolve_holds(session)
-            if changed:
-                self.generation += 1
-            self._holds_seen = (self.generation, newest, time.monotonic())
+                if changed:
+                    generation = self.bump(session)
+            self._holds_seen = (generation, newest, time.monotonic())
         return changed
 
     def history(self, query: history.HistoryQuery) -> list[history.HistoryRecord]:
@@ -458,23 +458,20 @@ class Store(Database):
         """Take in agents' reports, in order, in one transaction: each as `task_started`,
         `task_ended` (only when the task is bound to the reporting node, or not bound at
         all) and `heartbeat` would, and checkpoint times (`reports.checkpointed`)."""
-        with self.writing():
-            with self.write(relevant=False) as session:
-                outcome = reports.write_reports(session, batch)
+        with self.write(relevant=False) as session:
+            outcome = reports.write_reports(session, batch)
             if outcome.revived:
-                self.bump()
+                self.bump(session)
             elif outcome.ended:
                 # Task ends change their own workloads alone: the scheduler re-reads those.
-                self.bump(outcome.ended)
+                self.bump(session, outcome.ended)
         return outcome
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive; an unavailable node becomes ready again."""
         with self.write(relevant=False) as session:
-            revived = nodes.heartbeat(session, node)
-        if revived:
-            with self.writing():
-                self.bump()
+            if nodes.heartbeat(session, node):
+                self.bump(session)
 
     def expire_nodes(self, timeout: float) -> list[str]:
         """Mark nodes whose agent has not been heard from for `timeout` seconds unavailable,

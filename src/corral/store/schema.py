@@ -364,3 +364,14 @@ class QueueUsageRow(Base):
     gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     cluster_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ChangeRow(Base):
+    """A committed change that scheduling depends on (`Database.bump`): its number, the
+    store's generation once it committed, and the names of the only workloads it touched
+    (None: it may have touched anything). The newest `database.JOURNAL` are kept."""
+
+    __tablename__ = "changes"
+
+    generation: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    touched: Mapped[list[str] | None] = mapped_column(JSON)

@@ -53,6 +53,32 @@ def test_a_workload_listed_twice_is_refused() -> None:
         Scheduler()(twice)
 
 
+def test_a_kept_scheduler_refuses_a_workload_listed_twice() -> None:
+    """A Scheduler with kept state learns what changed from the workloads' identities: a
+    workload given again beside itself, as the same object or as an equal new one, is
+    refused as it is afresh, and the next cycle starts afresh."""
+    scheduler = Scheduler()
+    first = cluster()
+    after = apply_decisions(first, scheduler(first))
+    for again in (after.workloads[0], replace(after.workloads[0]), after.workloads[-1]):
+        twice = replace(after, workloads=(*after.workloads, again))
+        with pytest.raises(ValueError, match=f"workload {again.name}: listed twice"):
+            scheduler(twice)
+        assert scheduler(after) == schedule(after)
+
+
+def test_decisions_that_were_not_applied_are_decided_again() -> None:
+    """A caller may not write a cycle's decisions (the server's cycle lost a race with
+    another write): the next snapshot gives the same workloads, the very same objects,
+    and the kept state must not take the bindings it only decided as done."""
+    scheduler = Scheduler()
+    snapshot = cluster()
+    decisions = scheduler(snapshot)
+    assert len(decisions.bindings) == 4
+    again = scheduler(snapshot)
+    assert again == schedule(snapshot) == decisions
+
+
 def test_kept_fair_shares_are_divided_again_when_only_the_usage_moved() -> None:
     """No queue's request changes from one cycle to the next, only the usage that
     time-decayed fair share weighs: the shares move with it, as a fresh cycle divides

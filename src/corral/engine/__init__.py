@@ -8,7 +8,7 @@ use it); its decisions are the same. Input the engine must refuse raises an Engi
 (a ValueError): a SnapshotError or a ConfigError.
 """
 
-from corral.engine.cycle import Scheduler, apply_decisions, schedule
+from corral.engine.cycle import Scheduler, apply_decisions, decided, schedule
 from corral.engine.errors import ConfigError, EngineError, SnapshotError
 from corral.engine.fairshare import Claim, divide, divide_tree
 
@@ -19,6 +19,7 @@ __all__ = [
     "Scheduler",
     "SnapshotError",
     "apply_decisions",
+    "decided",
     "divide",
     "divide_tree",
     "schedule",

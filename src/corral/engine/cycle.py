@@ -11,11 +11,13 @@ it is rolled back.
 from __future__ import annotations
 
 import gc
+import operator
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
+from itertools import filterfalse
 
 from corral.engine.actions import Allocate, Consolidate, Preempt, Reclaim
 from corral.engine.demand import Demand, add_up
@@ -24,7 +26,7 @@ from corral.engine.eviction import VictimSearch
 from corral.engine.fairshare import decayed_weights, divide_tree
 from corral.engine.fragmentation import Fragmentation, Shape, shapes_of
 from corral.engine.kinds import ACTION_NAMES, ActionName
-from corral.engine.loading import Loading, load_workloads
+from corral.engine.loading import Loading, load_changes, load_workloads
 from corral.engine.placement import Placer
 from corral.engine.pools import schedule_pools, uses_pools
 from corral.engine.session import Session
@@ -38,12 +40,14 @@ from corral.model import (
     SchedulerConfig,
     Snapshot,
     UnknownParent,
+    Workload,
     check_tree,
 )
 from corral.model.usage import decay_settings
 
 # The most kinds of workload a Scheduler remembers (see WorkloadState.alike_kind).
 _MAX_KINDS = 10_000
+_RUNNING = operator.attrgetter("running")
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decisions:
@@ -93,20 +97,32 @@ def _one_pool(snapshot: Snapshot, config: SchedulerConfig) -> Decisions:
 
 def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
     """The snapshot after `decisions`: evictions first, then bindings."""
+    touched = {*decisions.bindings, *(eviction.workload for eviction in decisions.evictions)}
+    workloads = list(snapshot.workloads)
+    # A cycle touches few of the workloads it was given (a server under a stream of
+    # submissions keeps thousands): they are found first, and only they are looked at.
+    places = [i for i, workload in enumerate(workloads) if workload.name in touched]
+    after = decided({workloads[i].name: workloads[i] for i in places}, decisions)
+    for index in places:
+        workloads[index] = after[workloads[index].name]
+    return replace(snapshot, workloads=tuple(workloads))
+
+
+def decided(workloads: Mapping[str, Workload], decisions: Decisions) -> dict[str, Workload]:
+    """Those of `workloads` (by name) that `decisions` change, as they are after them:
+    less their evicted tasks, with the tasks bound. Looks at those alone, for a caller
+    that keeps its workloads by name (the server's scheduler loop)."""
     evicted: dict[str, set[int]] = {}
     for eviction in decisions.evictions:
         evicted.setdefault(eviction.workload, set()).update(eviction.tasks)
     bindings = decisions.bindings
-    touched = evicted.keys() | bindings.keys()
-    workloads = list(snapshot.workloads)
-    # A cycle touches few of the workloads it was given (a server under a stream of
-    # submissions keeps thousands): they are found first, and only they are looked at.
-    for index in [i for i, workload in enumerate(workloads) if workload.name in touched]:
-        workload = workloads[index]
-        gone = evicted.get(workload.name, set())
-        started = bindings.get(workload.name, ())
-        if not gone and not started:
+    after: dict[str, Workload] = {}
+    for name in evicted.keys() | bindings.keys():
+        workload = workloads.get(name)
+        if workload is None:
             continue
+        gone = evicted.get(name, set())
+        started = bindings.get(name, ())
         placements = [p for p in workload.placements if p.task not in gone]
         running_for, since_checkpoint = workload.running_for, workload.since_checkpoint
         if started and len(placements) == 0:
@@ -115,13 +131,13 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
             since_checkpoint = None if since_checkpoint is None else 0.0
         placements.extend(started)
         placements.sort(key=lambda p: p.task)
-        workloads[index] = replace(
+        after[name] = replace(
             workload,
             placements=tuple(placements),
             running_for=running_for,
             since_checkpoint=since_checkpoint,
         )
-    return replace(snapshot, workloads=tuple(workloads))
+    return after
 
 
 class Scheduler:
@@ -154,19 +170,24 @@ class Scheduler:
                 return schedule(snapshot, config)
             cycle = Cycle(snapshot, config or SchedulerConfig(), kept)
             decisions = cycle.run()
-            self._kept = Kept(snapshot, cycle)
+            self._kept = Kept(snapshot, cycle, decisions)
             return decisions
 
 
 class Kept:
     """The state a cycle ended with, for the next cycle of a Scheduler."""
 
-    def __init__(self, snapshot: Snapshot, cycle: Cycle) -> None:
+    def __init__(self, snapshot: Snapshot, cycle: Cycle, decisions: Decisions) -> None:
         self.nodes = snapshot.nodes
         self.queue_specs = snapshot.queues
         self.queues: dict[str, QueueState] = cycle.session.queues
         self.state: ClusterState = cycle.session.state
         self.workloads: dict[str, WorkloadState] = cycle.loaded
+        # The snapshot's workloads, those that run two tasks or more, and those the
+        # cycle decided about: what the next cycle loads by (`load_changes`).
+        self.given = snapshot.workloads
+        self.multi = cycle.multi
+        self.decided = {*decisions.bindings, *(e.workload for e in decisions.evictions)}
         self.shapes: Counter[Shape] = cycle.shapes
         self.kinds: dict[object, object] = cycle.kinds
         self.demand: Demand | None = cycle.demand
@@ -214,19 +235,27 @@ class Cycle:
         max_memory = state.max_memory
         # Workloads whose demand is to be worked out (and counted) this cycle.
         changed: list[WorkloadState] = []
-        self.loaded = load_workloads(
-            snapshot,
-            queues,
-            state,
-            previous,
-            Loading(fresh, max_memory, self.shapes, self.kinds, self.demand, changed),
-        )
+        loading = Loading(fresh, max_memory, self.shapes, self.kinds, self.demand, changed)
+        self.loaded: dict[str, WorkloadState]
+        self.multi: set[str]
+        if kept is not None and not fresh:
+            self.multi = kept.multi
+            self.loaded = load_changes(
+                snapshot, queues, state, previous, loading, kept.given, kept.decided, self.multi
+            )
+        else:
+            self.multi = set()
+            self.loaded = load_workloads(snapshot, queues, state, previous, loading, self.multi)
         workloads = list(self.loaded.values())
-        waiting = [ws for ws in workloads if not ws.running]
+        waiting = list(filterfalse(_RUNNING, workloads))
+        if not fresh:
+            # Kept work that waits is tried again from the start.
+            for ws in waiting:
+                ws.reason = None
         fragmentation = _index(snapshot, state, self.shapes, fresh, max_memory)
         placer = Placer(state, config, fragmentation)
-        self.session = Session(config, queues, state, workloads, waiting, placer)
-        self.weights = _time_decayed_weights(snapshot, queues)
+        self.session: Session = Session(config, queues, state, workloads, waiting, placer)
+        self.weights: dict[str, float] = _time_decayed_weights(snapshot, queues)
         self.usage = snapshot.usage
         _divide_fair_shares(
             self.session,

@@ -4,11 +4,12 @@ It runs every `interval` seconds, and at once when woken by a submission, a comp
 a quota change; wake-ups that arrive while a cycle runs are coalesced into the next one.
 
 The loop keeps the snapshot its last cycle left behind (the one it read, with its own
-decisions applied). While the store's generation shows no other change that a cycle
-depends on, the next snapshot is that one plus the workloads submitted since, read by id:
-a burst of submissions costs each cycle the new work, not all the work in the store.
-Changes that name the only workloads they touched (task ends, see
-`Database.changed_since`) cost it those workloads, read again. Any other change, and
+decisions applied), its workloads by name. While the store's generation shows no other
+change that a cycle depends on, the next snapshot is that one plus the workloads
+submitted since, read by id: a burst of submissions costs each cycle the new work, not
+all the work in the store. Changes that name the only workloads they touched (task ends,
+see `Database.changed_since`) cost it those workloads, read again and put in their
+places; nothing else is looked at one by one. Any other change, and
 every `FULL_SNAPSHOT_SECONDS` in any case, reads the whole snapshot again. The engine
 likewise keeps the state of running work between cycles (`engine.Scheduler`), so a
 cycle loads only the work that started, stopped or changed.
@@ -23,14 +24,15 @@ snapshot is compared with a full read and every cycle's decisions with a fresh
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from corral.engine import Scheduler, apply_decisions, schedule
-from corral.model import Decisions, Node, Queue, SchedulerConfig, Snapshot
+from corral.engine import Scheduler, decided, schedule
+from corral.model import Decisions, Node, Queue, SchedulerConfig, Snapshot, Workload
 from corral.server.decision_log import log_decisions
 from corral.server.metrics import SchedulerMetrics
 from corral.store import Store
@@ -59,12 +61,30 @@ USAGE_SECONDS = 10.0
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
-    """The snapshot after the last cycle's decisions, valid at `generation`."""
+    """The cluster after the last cycle's decisions, valid at `generation`: its nodes and
+    queues, and its workloads by name in the store's order (by id), a dict that the next
+    cycle changes where the store changed (in place: a cycle costs what changed)."""
 
-    snapshot: Snapshot
+    nodes: tuple[Node, ...]
+    queues: tuple[Queue, ...]
+    workloads: dict[str, Workload]
     generation: int
     newest: int
     read_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A cycle's snapshot, its workloads by name (to be kept), the newest workload id in
+    it, and when its last full read was made."""
+
+    snapshot: Snapshot
+    workloads: dict[str, Workload]
+    newest: int
+    read_at: float
+
+
+_NAME = operator.attrgetter("name")
 
 
 class SchedulerLoop:
@@ -106,7 +126,7 @@ class SchedulerLoop:
         """The nodes and queues the last cycle saw (None before the first): what a
         submission is checked against without reading the store (corral.server.admission)."""
         kept = self._kept
-        return None if kept is None else (kept.snapshot.nodes, kept.snapshot.queues)
+        return None if kept is None else (kept.nodes, kept.queues)
 
     def trigger(self) -> None:
         """Ask for a cycle as soon as possible."""
@@ -136,20 +156,23 @@ class SchedulerLoop:
         for attempt in range(OPTIMISTIC_ATTEMPTS + 1):
             if attempt == OPTIMISTIC_ATTEMPTS:
                 with self.store.writing():
-                    snapshot, newest, read_at = self._snapshot(self.store.generation)
-                    decisions = self._decide(snapshot)
+                    read = self._snapshot(self.store.generation)
+                    decisions = self._decide(read.snapshot)
                     releases = self.store.apply(decisions)
-                    self._keep(snapshot, decisions, newest, read_at)
+                    self._keep(read, decisions)
                 break
             generation = self.store.generation
-            snapshot, newest, read_at = self._snapshot(generation)
-            decisions = self._decide(snapshot)
+            read = self._snapshot(generation)
+            decisions = self._decide(read.snapshot)
             with self.store.writing():
                 if self.store.generation == generation:
                     releases = self.store.apply(decisions)
-                    self._keep(snapshot, decisions, newest, read_at)
+                    self._keep(read, decisions)
                     break
-        self._seen_generation = self.store.generation
+        # The generation the cycle's write made (kept with its snapshot): a change after
+        # it makes the next tick run a cycle.
+        assert self._kept is not None
+        self._seen_generation = self._kept.generation
         self._budget -= time.thread_time() - spent
         self.last = decisions
         self.last_at = time.time()
@@ -179,10 +202,9 @@ class SchedulerLoop:
                 )
         return decisions
 
-    def _snapshot(self, generation: int) -> tuple[Snapshot, int, float]:
-        """The snapshot for a cycle that starts at `generation`: the kept one and what was
-        submitted since, or a full read. Returns it, the newest workload id in it, and
-        when its full read was made."""
+    def _snapshot(self, generation: int) -> _Read:
+        """The snapshot for a cycle that starts at `generation`: the kept one and what
+        changed since, or a full read."""
         kept = self._kept
         changed = (
             self.store.changed_since(kept.generation, generation)
@@ -190,26 +212,36 @@ class SchedulerLoop:
             else None
         )
         if kept is not None and changed is not None:
-            workloads = kept.snapshot.workloads
-            if changed:
-                # Only these workloads changed since (task ends): read again, in their
-                # places by age.
-                fresh = self.store.named_workloads(changed, kept.newest)
-                workloads = tuple(
-                    sorted(
-                        [w for w in workloads if w.name not in changed] + list(fresh),
-                        key=lambda w: w.submitted,
-                    )
+            workloads = kept.workloads
+            # Only these workloads changed since (task ends): read again, in their places.
+            # One that was not kept has no known place: the store is read whole then.
+            fresh = (
+                {w.name: w for w in self.store.named_workloads(changed, kept.newest)}
+                if changed
+                else {}
+            )
+            if fresh.keys() <= workloads.keys():
+                for name in changed:
+                    if name in fresh:
+                        workloads[name] = fresh[name]
+                    else:
+                        workloads.pop(name, None)
+                # Newer than every kept one: at the end, in order. (A cycle computed
+                # again after a lost race reads them again, in the same places.)
+                new, newest = self.store.new_workloads(kept.newest)
+                for workload in new:
+                    workloads[workload.name] = workload
+                snapshot = Snapshot(
+                    kept.nodes, kept.queues, tuple(workloads.values()), usage=self.usage
                 )
-            new, newest = self.store.new_workloads(kept.newest)
-            snapshot = Snapshot(kept.snapshot.nodes, kept.snapshot.queues, workloads + new)
-            if self.verify:
-                self._check(snapshot, generation, newest)
-            return replace(snapshot, usage=self.usage), newest, kept.read_at
+                if self.verify:
+                    self._check(snapshot, generation, newest)
+                return _Read(snapshot, workloads, newest, kept.read_at)
         read_at = time.monotonic()
         snapshot, newest = self.store.read_snapshot()
         self.full_snapshots += 1
-        return replace(snapshot, usage=self.usage), newest, read_at
+        workloads = dict(zip(map(_NAME, snapshot.workloads), snapshot.workloads, strict=True))
+        return _Read(replace(snapshot, usage=self.usage), workloads, newest, read_at)
 
     def _check(self, snapshot: Snapshot, generation: int, newest: int) -> None:
         # Under the write lock: a write commits and then moves the generation, both while
@@ -242,10 +274,18 @@ class SchedulerLoop:
             ):
                 raise AssertionError(f"kept snapshot: {name} differs: {a} != {b}")
 
-    def _keep(self, snapshot: Snapshot, decisions: Decisions, newest: int, read_at: float) -> None:
+    def _keep(self, read: _Read, decisions: Decisions) -> None:
         """Called under the write lock right after `decisions` were written."""
+        workloads = read.workloads
+        workloads.update(decided(workloads, decisions))
+        snapshot = read.snapshot
         self._kept = _Kept(
-            apply_decisions(snapshot, decisions), self.store.generation, newest, read_at
+            snapshot.nodes,
+            snapshot.queues,
+            workloads,
+            self.store.generation,
+            read.newest,
+            read.read_at,
         )
 
     def _overdrawn(self) -> float:

@@ -177,14 +177,18 @@ class Database:
         thread that holds the write lock, with those of its own transaction."""
         if self._holder == threading.get_ident():
             if self._held_generation is None:
-                self._held_generation = self._read_generation()
+                # On the lock's own connection where it has one: no round trips to take
+                # another from the pool.
+                held = self._across.connection
+                self._held_generation = (
+                    _newest(held) if held is not None else self._read_generation()
+                )
             return self._held_generation
         return self._read_generation()
 
     def _read_generation(self) -> int:
         with self.engine.connect() as connection:
-            generation: int | None = connection.execute(_NEWEST).scalar()
-        return generation or 0
+            return _newest(connection)
 
     def bump(self, session: Session, touched: Collection[str] | None = None) -> int:
         """Count a relevant change in the transaction of `session`, which holds the write
@@ -271,7 +275,15 @@ def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _newest(connection: Connection) -> int:
+    generation: int | None = connection.execute(_NEWEST).scalar()
+    return generation or 0
+
+
 class _Lock(Protocol):
+    # A connection that holds the lock, for reads under it (None: the lock has none).
+    connection: Connection | None
+
     def acquire(self) -> None: ...
 
     def release(self) -> None: ...
@@ -296,6 +308,7 @@ class _FileLock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.connection: Connection | None = None
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -319,31 +332,33 @@ class _AdvisoryLock:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._connection: Connection | None = None
+        self.connection: Connection | None = None
 
     def acquire(self) -> None:
-        if self._connection is None:
+        if self.connection is None:
             # Outside any transaction: the lock is the session's, and an open
             # transaction would hold back vacuum for as long as the server runs.
-            self._connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self.connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
-            self._connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_KEY})
+            self.connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_KEY})
         except SQLAlchemyError:
             # A connection that broke is dropped: the next write opens another.
             self.close()
             raise
 
     def release(self) -> None:
-        assert self._connection is not None
-        self._connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _ADVISORY_KEY})
+        assert self.connection is not None
+        self.connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _ADVISORY_KEY})
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
 
 
 class _NoLock:
+    connection: Connection | None = None
+
     def acquire(self) -> None:
         pass
 

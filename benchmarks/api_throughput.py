@@ -37,10 +37,10 @@ With --json the last line is one JSON object, per backend: `submits_per_second_1
 `batch_workloads_per_second`, `batch_bound_per_second`, `reads_per_second_concurrent`,
 `cycle_seconds` (the last scheduling cycle, with every workload in the store), `nodes`;
 and, where /proc tells a process's CPU time (Linux), `server_cpu_ms_per_submission` (16
-clients), `server_cpu_us_per_batch_workload` and `server_cpu_ms_per_read`: the server
-process's CPU time from a burst's first request to its last answer (binding meanwhile
-included), per workload or read. On a machine shared with other work the rates move with
-its load; the CPU time much less.
+clients), `server_cpu_us_per_batch_workload` and `server_cpu_ms_per_read`: the CPU time of
+the server process and of its scheduler's (a child process) from a burst's first request
+to its last answer (binding meanwhile included), per workload or read. On a machine
+shared with other work the rates move with its load; the CPU time much less.
 """
 
 from __future__ import annotations
@@ -96,13 +96,27 @@ class Server:
         )
 
     def cpu_seconds(self) -> float | None:
-        """The server process's CPU time so far (user and system), or None without /proc."""
+        """The CPU time so far (user and system) of the server process and of the
+        processes it started (its scheduler's), or None without /proc."""
         try:
             stat = Path(f"/proc/{self.process.pid}/stat").read_text()
         except OSError:
             return None
-        fields = stat.rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = _ticks(stat)
+        for path in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                child = path.read_text()
+            except OSError:
+                continue  # ended meanwhile
+            if int(child.rsplit(")", 1)[1].split()[1]) == self.process.pid:
+                ticks += _ticks(child)
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _ticks(stat: str) -> int:
+    """User and system clock ticks of a /proc/PID/stat line."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 class Connection:

@@ -111,7 +111,13 @@ def test_invalid_rule_options_name_the_option_and_change_nothing(
     admin: Cli, api: httpx.Client
 ) -> None:
     make(api, "/queues", {"name": "rbad", "rules": {"train": {"max_runtime": 3600}}})
-    before = api.get("/queues").json()
+
+    def seen() -> list[dict[str, Any]] | None:
+        # The listing's shares and allocations are the scheduler's: once a cycle saw rbad.
+        listed: list[dict[str, Any]] = api.get("/queues").json()
+        return listed if all(queue["fair_share"] for queue in listed) else None
+
+    before = wait_for(seen, "a cycle that sees rbad")
     for args, message in [
         (["--idle-timeout", "interactive"], "--idle-timeout: 'interactive' is not CLASS=DURATION"),
         (

@@ -127,6 +127,11 @@ def test_usage_accumulates_and_lowers_a_queues_share(store: Store) -> None:
     reason = weight_reason(queues[0], a, settings_of(queues))
     assert reason is not None and reason.startswith("weight 1 → 0")
     assert "100% of the cluster's GPU-time over a 1h half-life" in reason
+    # Turned off since that cycle: the queue's own settings have nothing to explain, even
+    # before a cycle runs again (the scheduler's process answers a moment later).
+    store.update_queue("a", {"fair_share_half_life": None}, None)
+    queues = [record.queue for record in store.list_queues()]
+    assert weight_reason(queues[0], a, settings_of(queues)) is None
 
 
 def test_queues_of_before_have_time_decay_off(tmp_path: Path) -> None:

@@ -61,8 +61,7 @@ def server_command(
 ) -> None:
     """Run the server: the REST API and the scheduler loop; with --ray, also an agent on
     every node of a Ray cluster (no agent otherwise)."""
-    from corral.server import DEFAULT_DATA_DIR, serve
-    from corral.server.main import PortBusy
+    from corral.server.main import DEFAULT_DATA_DIR, PortBusy, serve
 
     with reported_errors(ctx):
         if checkpoint_root is not None and ray is None:

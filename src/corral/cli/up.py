@@ -79,8 +79,7 @@ def up_command(
     """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
     With --ray, the server and an agent on every node of a Ray cluster."""
     from corral.model import parse_memory
-    from corral.server import DEFAULT_DATA_DIR
-    from corral.server.main import PortBusy, up
+    from corral.server.main import DEFAULT_DATA_DIR, PortBusy, up
 
     labels = {}
     for item in label or []:

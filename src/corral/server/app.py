@@ -37,9 +37,11 @@ def create_app(
     run_scheduler: bool = True,
     data_dir: Path | None = None,
     node_timeout: float = 30.0,
+    scheduler_process: bool = False,
 ) -> FastAPI:
     """The server application. The scheduler loop, and with a cluster the dispatcher and
-    its reconciler, start and stop with it."""
+    its reconciler, start and stop with it; with `scheduler_process`, the loop runs in a
+    process of its own (as `corral server` and `corral up` run it)."""
     background = Background(
         store,
         config=config,
@@ -48,6 +50,7 @@ def create_app(
         run_scheduler=run_scheduler,
         data_dir=data_dir,
         node_timeout=node_timeout,
+        scheduler_process=scheduler_process,
     )
     app = FastAPI(
         title="corral",

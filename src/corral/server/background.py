@@ -17,10 +17,14 @@ from corral.server.audit import AuditLog
 from corral.server.dispatch import Dispatcher, releases_of
 from corral.server.rules import Upkeep
 from corral.server.scheduler import SchedulerLoop
+from corral.server.scheduler_process import SchedulerProcess
 from corral.server.submissions import Submissions
 from corral.server.threads import limit_worker_threads, worker_threads
 from corral.store import Store, WorkloadRecord
 from corral.store.records import Release
+
+# The scheduler loop, in this process or in a child of its own.
+Loop = SchedulerLoop | SchedulerProcess
 
 
 class Background:
@@ -36,13 +40,20 @@ class Background:
         run_scheduler: bool = True,
         data_dir: Path | None = None,
         node_timeout: float = 30.0,
+        scheduler_process: bool = False,
     ) -> None:
         self.cluster = cluster
         self.data_dir = data_dir
         self.run_scheduler = run_scheduler
         # Read now, so that a bad CORRAL_WORKER_THREADS stops the server from starting.
         self.worker_threads = worker_threads()
-        self.loop = SchedulerLoop(store, config, interval)
+        # In a process of its own, the scheduler takes no time from the API's
+        # interpreter (corral.server.scheduler_process).
+        self.loop: Loop = (
+            SchedulerProcess(store.url, config, interval)
+            if scheduler_process
+            else SchedulerLoop(store, config, interval)
+        )
         self.submissions = Submissions(store, self.loop.trigger)
         self.audit = AuditLog(store)
         self.admission = Admission(store, self.loop.shape)

@@ -9,9 +9,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from corral.server.background import Background
+from corral.server.background import Background, Loop
 from corral.server.errors import Forbidden, Unauthorized
-from corral.server.scheduler import SchedulerLoop
 from corral.store import NotFound, Store, UserRecord, WorkloadRecord
 
 API = "/api/v1"
@@ -33,7 +32,7 @@ async def get_background(request: Request) -> Background:
     return background
 
 
-async def get_loop(request: Request) -> SchedulerLoop:
+async def get_loop(request: Request) -> Loop:
     """The application's scheduler loop."""
     background: Background = request.app.state.background
     return background.loop
@@ -47,7 +46,7 @@ def application(request: Request) -> tuple[Store, Background]:
 
 StoreDep = Annotated[Store, Depends(get_store)]
 BackgroundDep = Annotated[Background, Depends(get_background)]
-LoopDep = Annotated[SchedulerLoop, Depends(get_loop)]
+LoopDep = Annotated[Loop, Depends(get_loop)]
 
 
 async def current_user(

@@ -164,9 +164,15 @@ def serve(
     if ray is not None:
         cluster, node_timeout = ray_cluster(store, data_dir, ray)
         print(f"Ray cluster at {ray.address}: an agent on every node", flush=True)
-        app = create_app(store, cluster=cluster, data_dir=data_dir, node_timeout=node_timeout)
+        app = create_app(
+            store,
+            cluster=cluster,
+            data_dir=data_dir,
+            node_timeout=node_timeout,
+            scheduler_process=True,
+        )
     else:
-        app = create_app(store)
+        app = create_app(store, scheduler_process=True)
     print(f"corral server on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"store: {store.url.split('@')[-1]}", flush=True)
     show_first_token(token, data_dir)
@@ -246,7 +252,13 @@ def up(
     store, token = open_store(data_dir, db_url, admin_unix_user)
     if ray is not None:
         ray_cluster_, node_timeout = ray_cluster(store, data_dir, ray)
-        app = create_app(store, cluster=ray_cluster_, data_dir=data_dir, node_timeout=node_timeout)
+        app = create_app(
+            store,
+            cluster=ray_cluster_,
+            data_dir=data_dir,
+            node_timeout=node_timeout,
+            scheduler_process=True,
+        )
         print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)")
         print(f"Ray cluster at {ray.address}: an agent on every node", flush=True)
         print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
@@ -275,7 +287,7 @@ def up(
     # The agent samples its devices every CORRAL_SAMPLE_INTERVAL seconds (5 by default).
     agent = Agent(name, data_dir, devices=found.devices, workloads_dir=workloads_dir)
     cluster = LocalCluster([agent])
-    app = create_app(store, cluster=cluster, data_dir=data_dir)
+    app = create_app(store, cluster=cluster, data_dir=data_dir, scheduler_process=True)
     print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"node {name}: {found.note}", flush=True)
     for device in found.devices:

@@ -93,12 +93,17 @@ class SchedulerLoop:
         store: Store,
         config: SchedulerConfig | None = None,
         interval: float = 1.0,
+        share: float = CYCLE_SHARE,
     ) -> None:
         self.store = store
         self.config = config or SchedulerConfig()
         # Called after a cycle that changed something, to tell the agents.
         self.on_changes: Callable[[Decisions, list[Release]], None] | None = None
+        # Called after every cycle (corral.server.scheduler_process tells the server).
+        self.on_cycle: Callable[[Decisions, list[Release]], None] | None = None
         self.interval = interval
+        # The share of the time cycles may take (see `_overdrawn`).
+        self.share = share
         self.last: Decisions | None = None
         self._seen_generation = -1
         # Cycle time that may be spent now (see `_overdrawn`).
@@ -182,6 +187,8 @@ class SchedulerLoop:
         log_decisions(decisions)
         if self.on_changes is not None and decisions.changed:
             self.on_changes(decisions, releases)
+        if self.on_cycle is not None:
+            self.on_cycle(decisions, releases)
         return decisions
 
     def _advance_usage(self) -> None:
@@ -289,11 +296,11 @@ class SchedulerLoop:
         )
 
     def _overdrawn(self) -> float:
-        """Seconds to rest before the next cycle keeps within CYCLE_SHARE."""
+        """Seconds to rest before the next cycle keeps within its share of the time."""
         now = time.monotonic()
-        self._budget = min(BUDGET_SECONDS, self._budget + CYCLE_SHARE * (now - self._refilled))
+        self._budget = min(BUDGET_SECONDS, self._budget + self.share * (now - self._refilled))
         self._refilled = now
-        return max(0.0, -self._budget / CYCLE_SHARE)
+        return max(0.0, -self._budget / self.share)
 
     def _run(self) -> None:
         idle_since = time.monotonic()
@@ -310,7 +317,7 @@ class SchedulerLoop:
             idle_since = time.monotonic()
             # Under a stream of submissions, a cycle per wake-up would run back to back
             # and starve the API of the interpreter: cycles spend a budget that refills
-            # at CYCLE_SHARE of the time, and rest while it is overdrawn. Wake-ups that
+            # at their share of the time, and rest while it is overdrawn. Wake-ups that
             # arrive meanwhile share the next cycle. A cluster that was quiet has budget
             # saved up, and a submission is scheduled at once.
             rest = self._overdrawn()

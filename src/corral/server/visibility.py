@@ -19,10 +19,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, BeforeValidator, Field
 
 from corral.model.durations import parse_duration
+from corral.server.background import Loop
 from corral.server.deps import API, StoreDep, User, readable_projects, visible_workload
 from corral.server.metrics import StateCollector, now_state
 from corral.server.routes import serve
-from corral.server.scheduler import SchedulerLoop
 from corral.server.schemas import ErrorOut
 from corral.store import Store
 from corral.store.telemetry import workload_samples
@@ -323,7 +323,7 @@ def usage_csv(rows: list[Any]) -> str:
     return out.getvalue()
 
 
-def install_visibility(app: FastAPI, store: Store, loop: SchedulerLoop) -> None:
+def install_visibility(app: FastAPI, store: Store, loop: Loop) -> None:
     """The telemetry and usage API, and /metrics."""
     serve(app, router)
     registry = loop.metrics.registry

@@ -22,16 +22,16 @@ def weight_reason(
     queue: Queue, status: QueueStatus | None, settings: Mapping[str, DecaySetting]
 ) -> str | None:
     """ "weight 2 → 0.6: used 70% of the cluster's GPU-time over a 1d half-life", or None
-    where time-decayed fair share is off (or before the first cycle)."""
-    if status is None or status.weight is None:
+    where time-decayed fair share is off (or before the first cycle). `settings` are the
+    queues' own as they are now: a cycle that ran before the queue's was turned off has
+    nothing to explain any more."""
+    setting = settings.get(queue.name)
+    if status is None or status.weight is None or setting is None:
         return None
     base = queue.over_quota_weight.gpu
-    setting = settings.get(queue.name)
-    over = ""
-    if setting is not None:
-        over = f" over a {format_duration(setting.half_life)} half-life"
-        if setting.k != 1:
-            over += f" (k = {setting.k:g})"
+    over = f" over a {format_duration(setting.half_life)} half-life"
+    if setting.k != 1:
+        over += f" (k = {setting.k:g})"
     used = f"used {(status.usage or 0.0):.0%} of the cluster's GPU-time{over}"
     if abs(status.weight - base) <= _SAME:
         return f"weight {base:g}, unchanged: {used}"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from corral.server.background import Loop
 from corral.server.deps import API, Admin, LoopDep, StoreDep, User
 from corral.server.errors import ERRORS
 from corral.server.outputs import queue_out
 from corral.server.rules import rules_payload
-from corral.server.scheduler import SchedulerLoop
 from corral.server.schemas import QueueIn, QueueOut, QueuePatch
 from corral.server.weights import settings_of
 from corral.store import QueueRecord, Store
@@ -17,7 +17,7 @@ from corral.store.rules import queue_rules
 router = APIRouter(prefix=API, responses=ERRORS, tags=["queues"])
 
 
-def _queue_out(store: Store, loop: SchedulerLoop, record: QueueRecord) -> QueueOut:
+def _queue_out(store: Store, loop: Loop, record: QueueRecord) -> QueueOut:
     """One queue's answer, its rules read for it alone."""
     last = loop.last
     # Its inherited time-decayed fair share settings, where the latest cycle used them.

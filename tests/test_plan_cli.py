@@ -181,7 +181,7 @@ def test_an_internal_error_is_one_line_and_exit_3(
     def broken(scenario: object) -> None:
         raise RuntimeError("the engine fell over")
 
-    monkeypatch.setattr("corral.cli.plan.plan", broken)
+    monkeypatch.setattr("corral.scenario.plan", broken)
     done = CliRunner().invoke(app, ["plan", str(write(CLUSTER))])
     assert done.exit_code == 3
     assert done.output == (

@@ -222,12 +222,12 @@ def plan_outcome(path: Path) -> tuple[int, str]:
 
 def test_plan_fuzzer_notices_an_escaped_exception(tmp_path: Path, monkeypatch: Any) -> None:
     """The check below can fail: an error that escapes plan is exit 3, not 0, 1 or 2."""
-    import corral.cli.plan as plan_module
 
     def broken(path: object) -> None:
         raise KeyError("planted")
 
-    monkeypatch.setattr(plan_module, "load_scenario", broken)
+    # plan takes load_scenario from corral.scenario when it runs.
+    monkeypatch.setattr("corral.scenario.load_scenario", broken)
     path = tmp_path / "S.yaml"
     path.write_text("name: s\n")
     code, output = plan_outcome(path)

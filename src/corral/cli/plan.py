@@ -1,9 +1,11 @@
 """`corral plan FILE`: what the scheduler would do with a scenario file, offline."""
 
+from __future__ import annotations
+
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,14 +15,9 @@ from rich.text import Text
 
 from corral.cli.common import EXIT_CHECK_FAILED, out_console, reported_errors
 from corral.model import Placement, format_gpus
-from corral.scenario import (
-    PlanResult,
-    QueueOutcome,
-    Scenario,
-    check_expectations,
-    load_scenario,
-    plan,
-)
+
+if TYPE_CHECKING:
+    from corral.scenario import PlanResult, QueueOutcome, Scenario
 
 
 def plan_command(
@@ -37,6 +34,9 @@ def plan_command(
     Exits 0 when the file has no expectations or all of them hold, 1 when one fails,
     2 when the file is invalid.
     """
+    # The runner loads the engine: only this command needs it.
+    from corral.scenario import check_expectations, load_scenario, plan
+
     with reported_errors(ctx):
         scenario = load_scenario(file)
         result = plan(scenario)

@@ -4,7 +4,7 @@ cluster under each policy, offline, and compare them."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,21 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import EXIT_INVALID, out_console, reported_errors
-from corral.scenario import load_scenario
-from corral.sim import (
-    POLICIES,
-    Cluster,
-    SimError,
-    SimResult,
-    SimSettings,
-    Trace,
-    check_projects,
-    cluster_from_scenario,
-    load_trace,
-    prepare,
-)
-from corral.sim import simulate as run_simulation
-from corral.sim.report import Inputs, duration, summary_rows, write_report
+from corral.sim.errors import SimError
+from corral.sim.names import POLICIES
+
+if TYPE_CHECKING:
+    from corral.sim import Cluster, SimResult, SimSettings, Trace
 
 
 def simulate(
@@ -86,6 +76,12 @@ def simulate(
     Prints a table comparing the policies; with --out, also writes a report and plots.
     Exits 2 when the scenario, the trace or a policy cannot be used.
     """
+    # The scenario, the simulator and the trace loaders load the engine and numpy: only
+    # this command needs them.
+    from corral.scenario import load_scenario
+    from corral.sim import SimSettings, check_projects, cluster_from_scenario, load_trace
+    from corral.sim.report import Inputs, write_report
+
     chosen = policies or ["corral"]
     console = out_console()
     with reported_errors(ctx):
@@ -131,6 +127,10 @@ def _run_all(
     chosen: list[str], cluster: Cluster, replay: Trace, settings: SimSettings, seed: int
 ) -> list[SimResult]:
     """Each policy in turn, with a progress bar over virtual time (on stderr)."""
+    from corral.sim import prepare
+    from corral.sim import simulate as run_simulation
+    from corral.sim.report import duration
+
     results = []
     columns = (
         TextColumn("{task.description:>10}"),
@@ -152,6 +152,8 @@ def _run_all(
 
 
 def _summary_table(scenario: str, trace: str, results: list[SimResult]) -> Table:
+    from corral.sim.report import summary_rows
+
     table = Table(title=f"{scenario} with trace {trace}", title_justify="left")
     table.add_column("")
     for result in results:

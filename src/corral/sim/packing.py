@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from corral.model import Decisions, Node, Placement, SchedulerConfig, Snapshot, TaskGroup
 from corral.model.resources import EPSILON
+from corral.sim.names import SCORER_NAMES
 
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
@@ -250,12 +251,9 @@ class FragmentationGradient:
         return int(candidates[first[int(np.argmin(change))]]), None
 
 
-SCORERS: dict[str, Scorer] = {
-    "random": _random,
-    "bestfit": _bestfit,
-    "packing": _packing,
-    "dotprod": _dotprod,
-}
+SCORERS: dict[str, Scorer] = dict(
+    zip(SCORER_NAMES, (_random, _bestfit, _packing, _dotprod), strict=True)
+)
 
 
 def place_group(

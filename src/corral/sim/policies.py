@@ -32,11 +32,11 @@ from corral.model import (
 )
 from corral.sim.cluster import Cluster
 from corral.sim.errors import SimError
+from corral.sim.names import POLICIES
 from corral.sim.packing import SCORERS, ScorerScheduler
 
 Schedule = Callable[[Snapshot, SchedulerConfig], Decisions]
 
-POLICIES = ("corral", "static", "fifo", *SCORERS)
 POOL = "pool"
 # fifo serves by age alone: every workload gets this one priority.
 POOL_PRIORITY = PRIORITY_CLASSES["train"]

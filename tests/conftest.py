@@ -32,6 +32,41 @@ os.environ.setdefault("CORRAL_VERIFY_SNAPSHOTS", "1")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+# The backends a module's servers are parametrised by: a module's tests for one backend
+# share that backend's server, and may run on another worker than the other backends'.
+BACKENDS = frozenset({"sqlite", "postgresql", "agent"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "long: a module that takes minutes; it is started before the others"
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Long modules first (a stable sort keeps each module's order; after pytest's own
+    reordering by fixture parameters): run in parallel, they would otherwise be left to
+    the end, each on one worker while the others idle."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist hands out one module's tests for one backend at a time (a module
+    whose servers are module fixtures starts each once, as `--dist loadfile` would),
+    so that the halves of a module run on two backends side by side."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BackendScopes(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            params = nodeid.rsplit("[", 1)[1].rstrip("]").split("-") if "[" in nodeid else []
+            backend = next((param for param in params if param in BACKENDS), None)
+            return f"{module}[{backend}]" if backend else module
+
+    return BackendScopes(config, log)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

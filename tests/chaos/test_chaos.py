@@ -39,9 +39,13 @@ from typing import Any
 
 import httpx
 import invariants as inv
+import pytest
 from livecorral import CorralUp, running, wait_until
 
 from corral.store import Store, database_url
+
+# Minutes of work: started before the other modules (tests/conftest.py).
+pytestmark = pytest.mark.long
 
 ITERATIONS = int(os.environ.get("CORRAL_CHAOS_ITERATIONS", "20"))
 SEED = int(os.environ.get("CORRAL_CHAOS_SEED", "13"))

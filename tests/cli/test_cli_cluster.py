@@ -7,7 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from cli_support import Cli, make, row, sqlite_only, wait_for
+
+# Minutes of work: started before the other modules (tests/conftest.py).
+pytestmark = pytest.mark.long
 
 GIB = 1 << 30
 

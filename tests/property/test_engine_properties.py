@@ -12,6 +12,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 from strategies import (
@@ -43,6 +44,9 @@ from corral.model import (
     Topology,
     Workload,
 )
+
+# Minutes of work: started before the other modules (tests/conftest.py).
+pytestmark = pytest.mark.long
 
 # Raise for a longer hunt: CORRAL_PROPERTY_EXAMPLES=2000 pytest tests/property
 EXAMPLES = int(os.environ.get("CORRAL_PROPERTY_EXAMPLES", "80"))

@@ -43,6 +43,9 @@ from server_support import Api
 sys.path.append(str(Path(__file__).resolve().parents[1] / "agent"))
 from livecorral import CorralUp
 
+# Minutes of work: started before the other modules (tests/conftest.py).
+pytestmark = pytest.mark.long
+
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 # What any accepted workload runs, whatever the fuzzer wrote: it must not matter which
 # program a random string names. Environment variables that change how a process starts

@@ -37,6 +37,9 @@ from corral.store.database import ANALYZE_ROWS
 from corral.store.records import NodeState
 from corral.store.reports import Beat, Ended, Outcome, Started
 
+# Minutes of work: started before the other modules (tests/conftest.py).
+pytestmark = pytest.mark.long
+
 
 def spec(name: str, replicas: int = 1, gpu: float = 1.0, **extra: Any) -> WorkloadSpec:
     return WorkloadSpec(

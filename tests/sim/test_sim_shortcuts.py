@@ -27,6 +27,9 @@ from corral.sim import (
 )
 from corral.sim.synthetic import ProjectLoad
 
+# Minutes of work: started before the other modules (tests/conftest.py).
+pytestmark = pytest.mark.long
+
 Outcome = list[tuple[float, float, int, tuple[object, ...]]]
 
 

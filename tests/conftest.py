@@ -64,6 +64,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             backend = next((param for param in params if param in BACKENDS), None)
             return f"{module}[{backend}]" if backend else module
 
+    # In collection order (long modules first), not xdist's default of the scopes with
+    # the most tests first, which hands out the fuzzer's two long tests last.
+    config.option.loadscopereorder = False
     return BackendScopes(config, log)
 
 

@@ -232,8 +232,8 @@ def live_tasks(name: str) -> list[tuple[str, int]]:
 def test_a_lost_node_requeues_its_gang_whole_and_nothing_runs_twice(
     ray_server: RayServer, ray_nodes: RayNodes
 ) -> None:
-    # The first attempt sleeps long; the second one is short.
-    command = [PYTHON, "-c", GANG, str(records(ray_server)), "60", "1"]
+    # The first attempt sleeps long (past LOSS and its slack); the second one is short.
+    command = [PYTHON, "-c", GANG, str(records(ray_server)), "120", "1"]
     ray_server.submit("moved", "team", command, gpu=GPUS, replicas=2, backoff_limit=0)
     wait_records(ray_server, "moved", 2)
     first = placements(ray_server, "moved")

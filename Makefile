@@ -33,15 +33,16 @@ typecheck: $(STAMP)
 # The Ray tests start Ray clusters, which move the test process into a process group of
 # its own: they run in a pytest of their own that `timeout` kills directly, beside the
 # rest and ahead of it for the CPU (the rest runs under nice): they mostly wait on Ray,
-# and the rest fills the cores meanwhile. The rest runs on four workers (pytest-xdist),
+# and the rest fills the cores meanwhile. The rest runs on five workers (pytest-xdist),
 # one module's tests for one backend on one worker (tests/conftest.py): most tests wait
-# on servers, agents and browsers, and two workers left a third of the two cores idle.
+# on servers, agents and browsers (two workers left a third of the two cores idle, and
+# four with the Ray tests beside them a fifth).
 RAY_LOG := .ray-tests.log
 unit: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || echo "note: chromium is missing, so the" \
 		"dashboard tests are skipped (install it: sudo apt-get install chromium)"
 	@timeout -s KILL 900 $(BIN)/pytest -q tests/ray >$(RAY_LOG) 2>&1 & ray=$$!; \
-	nice -n 10 $(BIN)/pytest -q -n 4 --ignore=tests/ray; status=$$?; \
+	nice -n 10 $(BIN)/pytest -q -n 5 --ignore=tests/ray; status=$$?; \
 	wait $$ray; ray_status=$$?; \
 	echo "--- tests/ray (exit $$ray_status)"; cat $(RAY_LOG); rm -f $(RAY_LOG); \
 	test $$status = 0 && test $$ray_status = 0

@@ -49,7 +49,7 @@ from corral.model import (
 pytestmark = pytest.mark.long
 
 # Raise for a longer hunt: CORRAL_PROPERTY_EXAMPLES=2000 pytest tests/property
-EXAMPLES = int(os.environ.get("CORRAL_PROPERTY_EXAMPLES", "80"))
+EXAMPLES = int(os.environ.get("CORRAL_PROPERTY_EXAMPLES", "50"))
 CYCLE = settings(
     max_examples=EXAMPLES,
     deadline=None,

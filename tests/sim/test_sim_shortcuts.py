@@ -79,7 +79,7 @@ def loads(draw: st.DrawFn) -> tuple[ProjectLoad, ...]:
 
 
 @settings(
-    max_examples=int(os.environ.get("CORRAL_SIM_EXAMPLES", "30")),
+    max_examples=int(os.environ.get("CORRAL_SIM_EXAMPLES", "12")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

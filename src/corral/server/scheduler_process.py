@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
-from corral.model import Decisions, Eviction, Node, Placement, Queue, SchedulerConfig
+from corral.model import Decisions, Eviction, Placement, SchedulerConfig
+from corral.server.admission import Shape
 from corral.server.metrics import SchedulerMetrics
 from corral.store.records import Release
 
@@ -48,8 +49,6 @@ ANSWER_SECONDS = 10.0
 STOP_SECONDS = 15.0
 # The least time between two starts of a child that keeps ending.
 RESTART_SECONDS = 1.0
-
-Shape = tuple[tuple[Node, ...], tuple[Queue, ...]]
 
 
 # -- the messages ------------------------------------------------------------------------

@@ -211,7 +211,12 @@ class PlacementRow(Base):
     """Where one task of a running workload is bound: written before any agent acts."""
 
     __tablename__ = "placements"
-    __table_args__ = (UniqueConstraint("workload_id", "task"),)
+    # By node: a node's record, its removal (and the foreign key's check when its row is
+    # deleted) and the reconciler's work of some nodes read the placements of one node.
+    __table_args__ = (
+        UniqueConstraint("workload_id", "task"),
+        Index("ix_placements_node", "node_id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))

@@ -63,13 +63,13 @@ def test_corral_up_on_a_ray_started_by_the_cli(ray_head: str, tmp_path: Path) ->
     up = RayServer(tmp_path, 0, address=ray_head, namespace="corral-e2e", command="up")
     try:
         up.start()
-        nodes = wait_until(lambda: up.get("/nodes"), 10, "the head node to join")
+        nodes = wait_until(lambda: up.get("/nodes"), 30, "the head node to join")
         assert [(n["name"], n["gpus"], n["labels"]) for n in nodes] == [("head", 2, {"rack": "r1"})]
         up.queue("team", 2)
         up.submit("hello", "team", [PYTHON, "-c", "print('hello from ray')"], gpu=1)
         done = up.wait_status("hello", timeout=60)
         assert done["status"] == "succeeded", done
-        wait_until(lambda: "hello from ray" in up.log_text("hello"), 10, "the log")
+        wait_until(lambda: "hello from ray" in up.log_text("hello"), 30, "the log")
     finally:
         if up.process is not None and up.process.poll() is None:
             os.killpg(up.process.pid, signal.SIGKILL)

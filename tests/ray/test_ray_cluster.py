@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from livecorral import CORRAL, PYTHON, running, wait_until
 from raycorral import FENCE, GPUS, LOSS, RayNodes, RayServer, require_ray
 
@@ -99,10 +100,18 @@ def placements(server: RayServer, name: str) -> dict[int, str]:
     return {p["task"]: p["node"] for p in server.workload(name)["placements"]}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def team(ray_server: RayServer) -> None:
+    """The project that every test submits to, made before the first test: a test that
+    fails must not fail the next ones for want of it."""
+    ray_server.queue("team", 6)
+
+
 def test_nodes_join_with_devices_and_labels(ray_server: RayServer) -> None:
+    # Beside the other tests on a 2-core machine, a worker's agent took more than 5 s.
     nodes = wait_until(
         lambda: n if {"a", "b", "c"} <= set(n := ray_server.nodes()) else None,
-        5,
+        30,
         "the three worker nodes",
     )
     assert set(nodes) == {"a", "b", "c"}, "the head has no GPUs and is not a corral node"
@@ -115,7 +124,6 @@ def test_nodes_join_with_devices_and_labels(ray_server: RayServer) -> None:
     # tasks (a workspace's ports), never this machine's 127.0.0.1.
     addresses = {node["address"] for node in nodes.values()}
     assert addresses == {"127.0.0.2", "127.0.0.3", "127.0.0.4"}
-    ray_server.queue("team", 6)
 
 
 def test_gang_spans_nodes_with_rendezvous_env(ray_server: RayServer) -> None:

@@ -8,8 +8,10 @@ the most GPUs free or held by queues that may give first.
 
 from __future__ import annotations
 
-import itertools
-from operator import itemgetter
+from bisect import bisect_left, insort
+from collections.abc import Callable
+from itertools import compress
+from operator import attrgetter, itemgetter, ne
 
 from corral.engine.eviction import MakeRoom, NextVictim, Unit, VictimSearch
 from corral.engine.kinds import CPU, DIMENSIONS, GPU, MEMORY, Request
@@ -36,12 +38,14 @@ AnyoneOver = dict[tuple[str, bool, bool, bool, bool], bool]
 # those that only hold more than they deserve (for a reclaimer under its deserved quota),
 # lower queue priority first, most over-served, then the most GPUs held, then by name.
 GiverRank = tuple[int, int, float, float, tuple[object, ...]]
-# A leaf that may give, the queues of its path below where it meets a reclaimer's, the
-# index in the reclaimer's path of the queue where they meet (None: above the root), and
-# the names of those queues below.
-Giver = tuple[QueueState, list[QueueState], int | None, frozenset[str]]
-# The rank in a ranked giver's (rank, leaf) pair.
-_RANK = itemgetter(0)
+# A ranked giver: its rank, its place among the queues (which orders leaves of equal
+# rank, as "q1" and "q01"), the leaf, and the queue its path takes below the queue where
+# it meets the reclaimer (a reclaimer's own branch there gives nothing at that meeting).
+Ranked = tuple[GiverRank, int, QueueState, QueueState]
+# The order of ranked givers, and the leaf of one.
+_ORDER = itemgetter(0, 1)
+_LEAF = itemgetter(2)
+_STAMP = attrgetter("stamp")
 
 
 class Reclaim:
@@ -56,12 +60,9 @@ class Reclaim:
         self.victims = victims
         self.moves = moves
         self._name_keys: dict[str, tuple[object, ...]] = {}
-        self._givers_of: dict[str, list[Giver]] = {}
-        # A leaf's rank as a giver of the resources asked for (None: it may not give), and
-        # the sum of its path's stamps it was worked out at.
-        self._giver_ranks: dict[
-            tuple[str, tuple[int, ...], bool], tuple[int, GiverRank | None]
-        ] = {}
+        # The leaves below a queue (None: every leaf) ranked as givers of the resources
+        # asked for, with or without the guarantee's tier (see `_Givers`).
+        self._groups: dict[tuple[str | None, tuple[int, ...], bool], _Givers] = {}
 
     @staticmethod
     def could_take(
@@ -228,63 +229,21 @@ class Reclaim:
         nodes with the most GPUs free or held by queues that may give first."""
         ws = candidate.workload
         request = candidate.request
-        # The victim's branch must split from the reclaimer's at an ancestor below which
-        # the reclaimer stays within its fair share (the root counts when all of it does).
-        root_allowed = reach >= len(ws.queue.path)
         # Below its deserved quota a reclaimer may also take from queues that hold more
         # than they deserve while at their fair share: the guarantee wins over the tie.
         guaranteed = within_deserved(ws.queue, request)
-        givers = self._givers(ws.queue)
-        ranked: dict[str, tuple[GiverRank, QueueState]] = {}
-        taken_from: list[QueueState] = []
-
         wanted = tuple(resource for resource in DIMENSIONS if request[resource] > EPSILON)
-        kept = self._giver_ranks
-
-        def rank(giver: Giver) -> None:
-            leaf, levels, meet, _ = giver
-            if root_allowed if meet is None else 1 <= meet <= reach:
-                # Stamps only go up: the same sum means none of these totals changed.
-                mark = 0
-                for level in levels:
-                    mark += level.stamp
-                below = len(ws.queue.path) if meet is None else meet
-                may_guarantee = below <= guaranteed
-                found = kept.get((leaf.name, wanted, may_guarantee))
-                if found is None or found[0] != mark:
-                    key = None
-                    tier = 0 if all_over(levels, wanted) else 1
-                    if tier == 0 or (may_guarantee and all_above_deserved(levels, wanted)):
-                        key = (
-                            tier,
-                            levels[-1].priority,
-                            -served_ratio(leaf, request),
-                            -leaf.alloc[GPU],
-                            self._name_key(leaf),
-                        )
-                    found = kept[leaf.name, wanted, may_guarantee] = (mark, key)
-                if found[1] is not None:
-                    ranked[leaf.name] = (found[1], leaf)
-                    return
-            ranked.pop(leaf.name, None)
-
-        for giver in givers:
-            rank(giver)
+        givers = self._givers(ws.queue, request, wanted, reach, guaranteed)
         targets: list[int | None] = [None]
         if by_node:
-            targets = self._targets(ws, set(ranked))
+            targets = self._targets(ws, {leaf.name for leaf in givers()})
 
         def next_victim() -> Unit | None:
-            if taken_from:
-                changed = {queue.name for queue in taken_from.pop().path}
-                for giver in givers:
-                    if not giver[3].isdisjoint(changed):
-                        rank(giver)
+            ranked = givers()
             while targets:
-                for _, leaf in sorted(ranked.values(), key=_RANK):
+                for leaf in ranked:
                     unit = self.victims.first_unit(leaf, ws, None, targets[0])
                     if unit is not None:
-                        taken_from.append(leaf)
                         return unit
                 targets.pop(0)
                 # Units passed over for being on another node may be on the next one.
@@ -293,28 +252,62 @@ class Reclaim:
 
         return next_victim
 
-    def _givers(self, queue: QueueState) -> list[Giver]:
-        """The leaves that may give to a reclaimer of `queue`, each with its path below
-        where it meets the reclaimer's, the index in the reclaimer's path of where they
-        meet (None above the root), and the names of that path below. Whether a leaf may
-        give depends on the totals of those queues alone, and the tree does not change
-        during a cycle, so this is worked out once per queue."""
-        found = self._givers_of.get(queue.name)
-        if found is None:
-            found = []
-            ancestors = {level.name: index for index, level in enumerate(queue.path)}
-            for leaf in self.session.queues.values():
-                if not leaf.leaf or leaf is queue:
+    def _givers(
+        self,
+        queue: QueueState,
+        request: Request,
+        wanted: tuple[int, ...],
+        reach: int,
+        guaranteed: int,
+    ) -> Callable[[], list[QueueState]]:
+        """The leaves that may give to a reclaimer of `queue` that stays within its fair
+        share up to `reach` queues of its path and within its deserved quota up to
+        `guaranteed`, as a function that ranks them as they stand when called: the most
+        over-served first (see `GiverRank`).
+
+        A victim's branch must split from the reclaimer's at an ancestor below which the
+        reclaimer stays within its fair share (the root counts when all of it does): the
+        leaves met at `queue.path[m]` are those below it but not below `queue.path[m -
+        1]`, ranked by their path below it. Those groups are shared by every reclaimer
+        that meets them there, and each keeps its ranks until its queues' totals change."""
+        path = queue.path
+        parts = [
+            (self._group(path[meet], wanted, meet <= guaranteed), path[meet - 1])
+            for meet in range(1, min(reach, len(path) - 1) + 1)
+        ]
+        if reach >= len(path):
+            parts.append((self._group(None, wanted, len(path) <= guaranteed), path[-1]))
+
+        def ranked() -> list[QueueState]:
+            if len(parts) == 1:
+                group, own = parts[0]
+                return [entry[2] for entry in group.ranked(request) if entry[3] is not own]
+            entries = [
+                entry
+                for group, own in parts
+                for entry in group.ranked(request)
+                if entry[3] is not own
+            ]
+            entries.sort(key=_ORDER)
+            return list(map(_LEAF, entries))
+
+        return ranked
+
+    def _group(self, top: QueueState | None, wanted: tuple[int, ...], guarantee: bool) -> _Givers:
+        """The leaves below `top` (None: every leaf) as givers of `wanted`."""
+        key = (None if top is None else top.name, wanted, guarantee)
+        group = self._groups.get(key)
+        if group is None:
+            members = []
+            for position, leaf in enumerate(self.session.queues.values()):
+                if not leaf.leaf:
                     continue
-                levels = list(
-                    itertools.takewhile(lambda level: level.name not in ancestors, leaf.path)
-                )
-                meet = (
-                    ancestors[leaf.path[len(levels)].name] if len(levels) < len(leaf.path) else None
-                )
-                found.append((leaf, levels, meet, frozenset(level.name for level in levels)))
-            self._givers_of[queue.name] = found
-        return found
+                if top is None:
+                    members.append((position, leaf, leaf.path))
+                elif top in leaf.path:
+                    members.append((position, leaf, leaf.path[: leaf.path.index(top)]))
+            group = self._groups[key] = _Givers(members, wanted, guarantee, self._name_key)
+        return group
 
     def _targets(self, ws: WorkloadState, givers: set[str]) -> list[int | None]:
         """Nodes the workload may use where preemptible work of the queues in `givers`
@@ -339,3 +332,87 @@ class Reclaim:
         if key is None:
             key = self._name_keys[queue.name] = natural_key(queue.name)
         return key
+
+
+class _Givers:
+    """The leaves below one queue (or every leaf), ranked as givers of some resources to
+    the reclaimers that meet them at that queue, by their path below it. A leaf is ranked
+    again only when the sum of that path's stamps has changed (stamps only go up), so a
+    reclaim that takes from one queue ranks that queue again, not every queue."""
+
+    __slots__ = (
+        "_flat",
+        "_guarantee",
+        "_leaves",
+        "_levels",
+        "_marks",
+        "_name_key",
+        "_order",
+        "_positions",
+        "_ranks",
+        "_wanted",
+    )
+
+    def __init__(
+        self,
+        members: list[tuple[int, QueueState, list[QueueState]]],
+        wanted: tuple[int, ...],
+        guarantee: bool,
+        name_key: Callable[[QueueState], tuple[object, ...]],
+    ) -> None:
+        """`members`: each leaf with its place among the queues and its path below the
+        queue; `guarantee`: whether queues above their deserved quota at their fair share
+        may give too (a tier after those over their fair share)."""
+        self._positions = [position for position, _, _ in members]
+        self._leaves = [leaf for _, leaf, _ in members]
+        self._levels = [levels for _, _, levels in members]
+        self._flat = all(len(levels) == 1 for levels in self._levels)
+        self._wanted = wanted
+        self._guarantee = guarantee
+        self._name_key = name_key
+        # The sum of each path's stamps when it was last ranked (none yet: -1).
+        self._marks = [-1] * len(members)
+        self._ranks: list[Ranked | None] = [None] * len(members)
+        self._order: list[Ranked] = []
+
+    def ranked(self, request: Request) -> list[Ranked]:
+        """The leaves that may give now, in rank order; `request` asks for the resources
+        of the group (only which it asks for matters)."""
+        if self._flat:
+            marks = list(map(_STAMP, self._leaves))
+        else:
+            marks = [sum(map(_STAMP, levels)) for levels in self._levels]
+        if marks != self._marks:
+            ranks, order = self._ranks, self._order
+            # A reclaim changes the totals of a queue or two between calls: those move in
+            # the order (entries never compare equal up to their leaf: their places
+            # differ), and the others stay where they are.
+            for index in compress(range(len(marks)), map(ne, marks, self._marks)):
+                before = ranks[index]
+                if before is not None:
+                    del order[bisect_left(order, before)]
+                leaf, levels = self._leaves[index], self._levels[index]
+                rank = self._rank(leaf, levels, request)
+                if rank is None:
+                    ranks[index] = None
+                else:
+                    entry = ranks[index] = (rank, self._positions[index], leaf, levels[-1])
+                    insort(order, entry)
+            self._marks = marks
+        return self._order
+
+    def _rank(
+        self, leaf: QueueState, levels: list[QueueState], request: Request
+    ) -> GiverRank | None:
+        """The leaf's rank as a giver, or None when it may not give."""
+        wanted = self._wanted
+        tier = 0 if all_over(levels, wanted) else 1
+        if tier == 1 and not (self._guarantee and all_above_deserved(levels, wanted)):
+            return None
+        return (
+            tier,
+            levels[-1].priority,
+            -served_ratio(leaf, request),
+            -leaf.alloc[GPU],
+            self._name_key(leaf),
+        )

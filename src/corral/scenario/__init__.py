@@ -6,8 +6,9 @@ cycle after cycle (`plan`), and checked against what the file expects.
     failures = check_expectations(scenario, result)
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from corral.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from corral.scenario.errors import ScenarioError
@@ -31,32 +32,26 @@ if TYPE_CHECKING:
 
 # Each name is imported from its module when first used, so that a command that needs one
 # module (the CLI's error handling, submit's YAML reader) does not load the engine.
-_MODULES = {
-    "ScenarioError": "errors",
-    "check_expectations": "expect",
-    "load_scenario": "loader",
-    "parse_scenario": "loader",
-    "EvictionRecord": "runner",
-    "PlanResult": "runner",
-    "QueueOutcome": "runner",
-    "WorkloadOutcome": "runner",
-    "plan": "runner",
-    "MAX_CYCLES": "types",
-    "UNTIL_STABLE": "types",
-    "Cycles": "types",
-    "Expectations": "types",
-    "RunningExpectation": "types",
-    "Scenario": "types",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "ScenarioError": ("errors", "ScenarioError"),
+        "check_expectations": ("expect", "check_expectations"),
+        "load_scenario": ("loader", "load_scenario"),
+        "parse_scenario": ("loader", "parse_scenario"),
+        "EvictionRecord": ("runner", "EvictionRecord"),
+        "PlanResult": ("runner", "PlanResult"),
+        "QueueOutcome": ("runner", "QueueOutcome"),
+        "WorkloadOutcome": ("runner", "WorkloadOutcome"),
+        "plan": ("runner", "plan"),
+        "MAX_CYCLES": ("types", "MAX_CYCLES"),
+        "UNTIL_STABLE": ("types", "UNTIL_STABLE"),
+        "Cycles": ("types", "Cycles"),
+        "Expectations": ("types", "Expectations"),
+        "RunningExpectation": ("types", "RunningExpectation"),
+        "Scenario": ("types", "Scenario"),
+    },
+)
 
 
 __all__ = [

@@ -6,8 +6,9 @@ and measure allocation, queueing, fairness and preemption.
     result = simulate(prepare("corral", cluster), trace, cluster.quotas())
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from corral.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from corral.sim.cluster import (
@@ -30,42 +31,36 @@ if TYPE_CHECKING:
 
 # Each name is imported from its module when first used: `corral simulate --help` and a
 # command that needs the policies' names alone do not load the trace loaders and numpy.
-_SOURCES = {
-    "Cluster": ("cluster", "Cluster"),
-    "apportion": ("cluster", "apportion"),
-    "check_projects": ("cluster", "check_projects"),
-    "cluster_from_scenario": ("cluster", "cluster_from_scenario"),
-    "project_queues": ("cluster", "project_queues"),
-    "uniform_nodes": ("cluster", "uniform_nodes"),
-    "SimError": ("errors", "SimError"),
-    "TRACE_NAMES": ("loaders", "NAMES"),
-    "load_trace": ("loaders", "load_trace"),
-    "ProjectResult": ("metrics", "ProjectResult"),
-    "Series": ("metrics", "Series"),
-    "SimResult": ("metrics", "SimResult"),
-    "Stats": ("metrics", "Stats"),
-    "jain": ("metrics", "jain"),
-    "stats": ("metrics", "stats"),
-    "POLICIES": ("names", "POLICIES"),
-    "Setup": ("policies", "Setup"),
-    "prepare": ("policies", "prepare"),
-    "SimSettings": ("simulator", "SimSettings"),
-    "Simulation": ("simulator", "Simulation"),
-    "simulate": ("simulator", "simulate"),
-    "synthetic_trace": ("synthetic", "synthetic_trace"),
-    "Job": ("trace", "Job"),
-    "Trace": ("trace", "Trace"),
-    "traces_root": ("trace", "traces_root"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _SOURCES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attribute = _SOURCES[name]
-    value = getattr(import_module(f"{__name__}.{module}"), attribute)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Cluster": ("cluster", "Cluster"),
+        "apportion": ("cluster", "apportion"),
+        "check_projects": ("cluster", "check_projects"),
+        "cluster_from_scenario": ("cluster", "cluster_from_scenario"),
+        "project_queues": ("cluster", "project_queues"),
+        "uniform_nodes": ("cluster", "uniform_nodes"),
+        "SimError": ("errors", "SimError"),
+        "TRACE_NAMES": ("loaders", "NAMES"),
+        "load_trace": ("loaders", "load_trace"),
+        "ProjectResult": ("metrics", "ProjectResult"),
+        "Series": ("metrics", "Series"),
+        "SimResult": ("metrics", "SimResult"),
+        "Stats": ("metrics", "Stats"),
+        "jain": ("metrics", "jain"),
+        "stats": ("metrics", "stats"),
+        "POLICIES": ("names", "POLICIES"),
+        "Setup": ("policies", "Setup"),
+        "prepare": ("policies", "prepare"),
+        "SimSettings": ("simulator", "SimSettings"),
+        "Simulation": ("simulator", "Simulation"),
+        "simulate": ("simulator", "simulate"),
+        "synthetic_trace": ("synthetic", "synthetic_trace"),
+        "Job": ("trace", "Job"),
+        "Trace": ("trace", "Trace"),
+        "traces_root": ("trace", "traces_root"),
+    },
+)
 
 
 __all__ = [

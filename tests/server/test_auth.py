@@ -201,6 +201,7 @@ def test_missing_or_bad_token_is_401(api: Api, authorization: str | None) -> Non
     with httpx.Client(base_url=api.server.api, headers=headers, timeout=30) as client:
         for method, path, body in (
             ("GET", "/workloads", None),
+            ("GET", "/workloads/anything", None),
             ("GET", "/queues/anything", None),
             ("POST", "/workloads", {"project": "p", "tasks": [{}]}),
             ("POST", "/queues", {"name": unique("q")}),

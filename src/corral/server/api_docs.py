@@ -16,7 +16,7 @@ from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from corral.server.deps import API
-from corral.server.routes import serve
+from corral.server.routes import PrefixedRoute, serve
 
 DOCS = f"{API}/docs"
 ASSETS = {
@@ -61,7 +61,7 @@ PAGE = f"""<!doctype html>
 </html>
 """
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=PrefixedRoute)
 
 
 @router.get("/docs")

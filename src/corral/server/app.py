@@ -23,7 +23,7 @@ from corral.server.options import AllowedMethods
 from corral.server.proxy import install as install_proxy
 from corral.server.rate_limit import RateLimiter
 from corral.server.routers import ROUTERS
-from corral.server.routes import serve
+from corral.server.routes import PrefixedRoute, serve
 from corral.server.visibility import install_visibility
 from corral.store import Store
 
@@ -62,6 +62,8 @@ def create_app(
         redoc_url=None,
         lifespan=background.lifespan,
     )
+    # Routes the application makes itself (/metrics) as its routers make theirs.
+    app.router.route_class = PrefixedRoute
     # Read by the handlers' dependencies (corral.server.deps).
     app.state.store = store
     app.state.background = background

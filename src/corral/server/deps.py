@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from corral.server.background import Background, Loop
@@ -14,7 +14,6 @@ from corral.server.errors import Forbidden, Unauthorized
 from corral.store import NotFound, Store, UserRecord, WorkloadRecord
 
 API = "/api/v1"
-bearer = HTTPBearer(auto_error=False)
 
 # The dependencies below are async although they do no I/O of their own: FastAPI runs a
 # sync dependency in a worker thread, which would cost every request a thread hop.
@@ -49,27 +48,31 @@ BackgroundDep = Annotated[Background, Depends(get_background)]
 LoopDep = Annotated[Loop, Depends(get_loop)]
 
 
-async def current_user(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> UserRecord:
-    """The user of the request's bearer token; 401 without a valid one."""
-    # Async so that a token seen lately costs no trip to a worker thread; the database is
-    # read in one only when the token is not remembered. Every request solves this
-    # dependency, so the store is not one of its own.
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise Unauthorized("a bearer token is required")
-    store, _ = application(request)
-    found = store.remembered(credentials.credentials)
-    if found is None:
-        found = await run_in_threadpool(store.authenticate, credentials.credentials)
-    if found is None:
-        raise Unauthorized("the token is not valid")
-    # Who made the request, for its audit record (corral.server.audit).
-    request.state.user = found
-    return found
+class BearerUser(HTTPBearer):
+    """The user of the request's bearer token; 401 without a valid one.
+
+    The security scheme and the user in one dependency: FastAPI solves each dependency of
+    every request in a call of its own, and every request solves this one."""
+
+    async def __call__(self, request: Request) -> UserRecord:  # type: ignore[override]
+        # Async so that a token seen lately costs no trip to a worker thread; the database
+        # is read in one only when the token is not remembered.
+        credentials = await super().__call__(request)
+        if credentials is None:
+            raise Unauthorized("a bearer token is required")
+        store, _ = application(request)
+        found = store.remembered(credentials.credentials)
+        if found is None:
+            found = await run_in_threadpool(store.authenticate, credentials.credentials)
+        if found is None:
+            raise Unauthorized("the token is not valid")
+        # Who made the request, for its audit record (corral.server.audit).
+        request.state.user = found
+        return found
 
 
+# Named as FastAPI names HTTPBearer's scheme, the name the OpenAPI document has always had.
+current_user = BearerUser(scheme_name="HTTPBearer", auto_error=False)
 User = Annotated[UserRecord, Depends(current_user)]
 
 

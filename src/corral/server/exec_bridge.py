@@ -32,6 +32,7 @@ from corral.agent.fdio import read_fd, write_fd
 from corral.server.deps import API
 from corral.server.exec_remote import bridge_relayed, open_relayed
 from corral.server.proxy import deny, until_one_ends
+from corral.server.routes import PrefixedRoute
 from corral.server.threads import run_waiting
 from corral.server.workspace_access import (
     Refused,
@@ -53,7 +54,7 @@ STDOUT, STDERR = b"\x01", b"\x02"
 MAX_ARGS = 4096
 MAX_ARG = 64 * 1024
 
-router = APIRouter(prefix=API, include_in_schema=False)
+router = APIRouter(prefix=API, include_in_schema=False, route_class=PrefixedRoute)
 
 
 async def _enter(websocket: WebSocket, name: str, task: int) -> tuple[UserRecord, Target]:

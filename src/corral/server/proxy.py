@@ -28,7 +28,7 @@ from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 
-from corral.server.routes import serve
+from corral.server.routes import PrefixedRoute, serve
 from corral.server.workspace_access import (
     COOKIE,
     Refused,
@@ -79,7 +79,7 @@ WS_QUEUE = 16
 # How often a workload's last activity is written to the store, at most.
 ACTIVITY_EVERY = 10.0
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=PrefixedRoute)
 # corral's cookies, never passed to a workload nor set by one.
 OURS = (COOKIE, SESSION_COOKIE)
 

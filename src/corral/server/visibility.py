@@ -22,7 +22,7 @@ from corral.model.durations import parse_duration
 from corral.server.background import Loop
 from corral.server.deps import API, StoreDep, User, readable_projects, visible_workload
 from corral.server.metrics import StateCollector, now_state
-from corral.server.routes import serve
+from corral.server.routes import PrefixedRoute, serve
 from corral.server.schemas import ErrorOut
 from corral.store import Store
 from corral.store.telemetry import workload_samples
@@ -155,7 +155,7 @@ def _step(since: float, step: float | None) -> float:
 # -- the router -----------------------------------------------------------------------------
 
 
-router = APIRouter(prefix=API, tags=["visibility"], responses=ERRORS)
+router = APIRouter(prefix=API, tags=["visibility"], responses=ERRORS, route_class=PrefixedRoute)
 
 
 @router.get("/telemetry/cluster", response_model=ClusterSeriesOut)

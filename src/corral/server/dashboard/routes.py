@@ -19,7 +19,7 @@ from fastapi.templating import Jinja2Templates
 import corral.server.dashboard.pages as pages
 import corral.server.dashboard.views as views
 from corral.server.dashboard.apiclient import ApiClient, ApiError, together
-from corral.server.routes import serve
+from corral.server.routes import PrefixedRoute, serve
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -83,7 +83,7 @@ templates.env.globals.update(
     static_version=_fingerprint(sorted(OWN_STATIC)),
     poll_ms=POLL_MS,
 )
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=PrefixedRoute)
 
 
 def to_login(request: Request, clear: bool = False) -> Response:

@@ -10,8 +10,9 @@ from fastapi.responses import JSONResponse, RedirectResponse
 
 from corral.server.dashboard.apiclient import ApiClient
 from corral.server.dashboard.routes import COOKIE, same_origin
+from corral.server.routes import PrefixedRoute
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=PrefixedRoute)
 ACTIONS = {"stop": "suspend", "start": "resume"}
 
 

@@ -12,10 +12,11 @@ from fastapi.responses import StreamingResponse
 
 from corral.server.deps import API, Admin, StoreDep
 from corral.server.errors import ERRORS
+from corral.server.routes import PrefixedRoute
 from corral.server.schemas import AuditOut
 from corral.store.audit import AuditQuery
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["audit"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["audit"], route_class=PrefixedRoute)
 MAX_RECORDS = 100_000
 
 

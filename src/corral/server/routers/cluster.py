@@ -6,11 +6,12 @@ from fastapi import APIRouter
 
 from corral.server.deps import API, LoopDep, StoreDep, User
 from corral.server.errors import ERRORS
+from corral.server.routes import PrefixedRoute
 from corral.server.schemas import ClusterOut
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["cluster"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["cluster"], route_class=PrefixedRoute)
 # Outside /api/v1 and without a token, for load balancers and supervisors.
-health = APIRouter(tags=["cluster"])
+health = APIRouter(tags=["cluster"], route_class=PrefixedRoute)
 
 
 @router.get("/cluster", response_model=ClusterOut)

@@ -28,11 +28,12 @@ from corral.server.lifecycle import (
     history_out,
 )
 from corral.server.outputs import workload_out
+from corral.server.routes import PrefixedRoute
 from corral.server.schemas import WorkloadOut
 from corral.store import STATUSES, NotFound
 from corral.store.history import HISTORY_LIMIT, HistoryQuery
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"], route_class=PrefixedRoute)
 
 
 @router.post("/workloads/{name}/cancel", response_model=list[WorkloadOut])

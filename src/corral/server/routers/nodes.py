@@ -8,9 +8,10 @@ from fastapi import APIRouter, Response
 from corral.server.deps import API, Admin, LoopDep, StoreDep, User, readable_projects
 from corral.server.errors import ERRORS
 from corral.server.outputs import node_out
+from corral.server.routes import PrefixedRoute
 from corral.server.schemas import NodeIn, NodeOut
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["nodes"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["nodes"], route_class=PrefixedRoute)
 
 
 @router.get("/nodes", response_model=list[NodeOut])

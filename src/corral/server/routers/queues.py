@@ -8,13 +8,14 @@ from corral.server.background import Loop
 from corral.server.deps import API, Admin, LoopDep, StoreDep, User
 from corral.server.errors import ERRORS
 from corral.server.outputs import queue_out
+from corral.server.routes import PrefixedRoute
 from corral.server.rules import rules_payload
 from corral.server.schemas import QueueIn, QueueOut, QueuePatch
 from corral.server.weights import settings_of
 from corral.store import QueueRecord, Store
 from corral.store.rules import queue_rules
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["queues"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["queues"], route_class=PrefixedRoute)
 
 
 def _queue_out(store: Store, loop: Loop, record: QueueRecord) -> QueueOut:

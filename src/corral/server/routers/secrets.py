@@ -12,9 +12,10 @@ from fastapi import APIRouter, Path, Response
 
 from corral.server.deps import API, StoreDep, User, may_use_secrets
 from corral.server.errors import ERRORS
+from corral.server.routes import PrefixedRoute
 from corral.server.schemas import ENV_PATTERN, SecretIn, SecretOut
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["secrets"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["secrets"], route_class=PrefixedRoute)
 SecretPath = Path(pattern=ENV_PATTERN, max_length=63)
 
 

@@ -10,10 +10,11 @@ from fastapi import APIRouter, Path, Response
 
 from corral.server.deps import API, StoreDep, User
 from corral.server.errors import ERRORS, Forbidden
+from corral.server.routes import PrefixedRoute
 from corral.server.schemas import TokenInfoOut
 from corral.store import NotFound
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["users"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["users"], route_class=PrefixedRoute)
 
 
 @router.get("/tokens", response_model=list[TokenInfoOut])

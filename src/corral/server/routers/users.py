@@ -14,10 +14,11 @@ from fastapi import APIRouter, Response
 
 from corral.server.deps import API, Admin, StoreDep, User
 from corral.server.errors import ERRORS
+from corral.server.routes import PrefixedRoute
 from corral.server.schemas import MembershipIn, TokenIn, TokenOut, UserIn, UserOut
 from corral.store import Conflict
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["users"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["users"], route_class=PrefixedRoute)
 
 
 @router.get("/users", response_model=list[UserOut])

@@ -34,6 +34,7 @@ from corral.server.errors import ERRORS
 from corral.server.lifecycle import array_specs, check_after
 from corral.server.logs import read_log
 from corral.server.outputs import vars_of, workload_out
+from corral.server.routes import PrefixedRoute
 from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
 from corral.server.why import explain
 from corral.server.why_depth import deepen
@@ -42,7 +43,7 @@ from corral.store import STATUSES, Conflict, Invalid, NotFound, Store, WorkloadR
 from corral.store.audit import AuditRecord
 from corral.store.idempotency import Idempotency, Replayed
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"], route_class=PrefixedRoute)
 # Draws of a server-made workload name before a clash is reported (each clashes with
 # odds of about n / 16.7 million for n workloads in the project).
 NAME_ATTEMPTS = 5
@@ -226,8 +227,12 @@ def submit_batch(
 
 
 @router.get("/workloads/{name}", response_model=WorkloadOut)
-def get_workload(name: str, current: User, store: StoreDep) -> WorkloadOut:
-    return workload_out(visible_workload(store, current, name))
+async def get_workload(name: str, current: User, request: Request) -> WorkloadOut:
+    # The busiest read. Async: FastAPI checks what a plain function returns in a worker
+    # thread of its own, a second trip after the one that ran it; here only the store is
+    # read in one. The store from the request, not as a dependency of its own.
+    store, _ = application(request)
+    return workload_out(await run_in_threadpool(visible_workload, store, current, name))
 
 
 @router.delete("/workloads/{name}", status_code=204)

@@ -9,11 +9,12 @@ from fastapi import APIRouter
 
 from corral.server.deps import API, StoreDep, User, visible_workload
 from corral.server.errors import ERRORS
+from corral.server.routes import PrefixedRoute
 from corral.server.schemas import WorkspaceOut, WorkspacePortOut
 from corral.server.workspace_access import may_enter
 from corral.store import Store, WorkloadRecord
 
-router = APIRouter(prefix=API, responses=ERRORS, tags=["workspaces"])
+router = APIRouter(prefix=API, responses=ERRORS, tags=["workspaces"], route_class=PrefixedRoute)
 
 
 def workspace_out(store: Store, record: WorkloadRecord, active: float | None) -> WorkspaceOut:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
 from corral.server.deps import API, LoopDep, StoreDep, User
 from corral.server.errors import ERRORS
@@ -15,8 +16,10 @@ health = APIRouter(tags=["cluster"], route_class=PrefixedRoute)
 
 
 @router.get("/cluster", response_model=ClusterOut)
-def cluster_summary(_: User, store: StoreDep, loop: LoopDep) -> ClusterOut:
-    counts = store.counts()
+async def cluster_summary(_: User, store: StoreDep, loop: LoopDep) -> ClusterOut:
+    # Async, its one store read in a worker thread: FastAPI checks a plain function's
+    # answer in a worker thread of its own, a second trip (as `workloads.get_workload`).
+    counts = await run_in_threadpool(store.counts)
     return ClusterOut(
         nodes=counts.nodes,
         nodes_ready=counts.nodes_ready,

@@ -4,6 +4,7 @@ but a member sees the names of their own projects' workloads only."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from starlette.concurrency import run_in_threadpool
 
 from corral.server.deps import API, Admin, LoopDep, StoreDep, User, readable_projects
 from corral.server.errors import ERRORS
@@ -28,8 +29,9 @@ def register_node(body: NodeIn, _: Admin, store: StoreDep, loop: LoopDep) -> Nod
 
 
 @router.get("/nodes/{name}", response_model=NodeOut)
-def get_node(name: str, current: User, store: StoreDep) -> NodeOut:
-    return node_out(store.get_node(name), readable_projects(current))
+async def get_node(name: str, current: User, store: StoreDep) -> NodeOut:
+    # Async, its one store read in a worker thread (see `workloads.get_workload`).
+    return node_out(await run_in_threadpool(store.get_node, name), readable_projects(current))
 
 
 @router.delete("/nodes/{name}", status_code=204)

@@ -39,7 +39,16 @@ from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, Wor
 from corral.server.why import explain
 from corral.server.why_depth import deepen
 from corral.server.why_pools import deepen_by_pool
-from corral.store import STATUSES, Conflict, Invalid, NotFound, Store, WorkloadRecord
+from corral.store import (
+    STATUSES,
+    Conflict,
+    EventRecord,
+    Invalid,
+    NotFound,
+    Store,
+    UserRecord,
+    WorkloadRecord,
+)
 from corral.store.audit import AuditRecord
 from corral.store.idempotency import Idempotency, Replayed
 
@@ -262,9 +271,16 @@ def resume(name: str, current: User, store: StoreDep, loop: LoopDep) -> Workload
 
 
 @router.get("/workloads/{name}/events", response_model=list[EventOut])
-def workload_events(name: str, current: User, store: StoreDep) -> list[EventOut]:
+async def workload_events(name: str, current: User, store: StoreDep) -> list[EventOut]:
+    # Async, its store reads in one worker thread (see `get_workload`).
+    found = await run_in_threadpool(visible_events, store, current, name)
+    return [EventOut(**vars_of(event)) for event in found]
+
+
+def visible_events(store: Store, current: UserRecord, name: str) -> list[EventRecord]:
+    """The events of workload `name`, which `current` must be allowed to read."""
     visible_workload(store, current, name)
-    return [EventOut(**vars_of(event)) for event in store.events(workload=name)]
+    return store.events(workload=name)
 
 
 @router.get("/workloads/{name}/logs", response_model=LogOut)

@@ -4,6 +4,17 @@ They live below both `corral.agent` and `corral.cluster`, so that the arrows run
 a transport (`corral.cluster`) builds and calls agents, and both speak these types. A
 message must survive being sent twice or lost: starting a task that runs already and
 stopping one that does not run change nothing, and the reconciler resends what is missing.
+
+Nor may order be trusted: the server decides in several threads, and a transport may
+deliver two orders in the other order (a Ray agent is a threaded actor). So each order
+carries when it was decided, by the server's clock: a launch, the time after its bound
+task was read from the store; a stop, the time before the store was read (or written)
+that decided it. A stop decided before the launch of the task it finds is about an
+earlier binding (the task was requeued and bound again meanwhile), and the agent leaves
+the task alone. A stop so skipped that was meant for the task after all is decided
+again, later, by the reconciler's next pass. The server's wall clock, not a counter of
+the store: it goes on across restarts of the server and a new database alike (a step
+back of the clock spares, for as long as the step, stops it should not).
 """
 
 from __future__ import annotations
@@ -45,6 +56,8 @@ class TaskLaunch:
     # Names of the ports the task listens on: the agent picks a free number for each on
     # its node, gives it as CORRAL_PORT / CORRAL_PORT_<NAME> and reports it (task_ports).
     ports: tuple[str, ...] = ()
+    # When the server read this binding (see above); None: unknown.
+    decided_at: float | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -60,6 +73,17 @@ class TaskStop:
     tasks: tuple[int, ...]
     reason: str
     grace: float
+    # When the server began to read what decided the stop (see above); None: stop
+    # whatever runs.
+    decided_at: float | None = None
+
+    def spares(self, launch: TaskLaunch) -> bool:
+        """Whether `launch` was decided after this stop: not the task it is for."""
+        return (
+            self.decided_at is not None
+            and launch.decided_at is not None
+            and launch.decided_at > self.decided_at
+        )
 
 
 class Reports(Protocol):

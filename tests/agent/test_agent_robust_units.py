@@ -134,6 +134,28 @@ def test_launches_that_cannot_start_fail_alone(agent: tuple[Agent, Recorder]) ->
     assert worker.running() == {("steady", 0)}
 
 
+def test_a_stop_decided_before_a_launch_leaves_that_launch_running(
+    agent: tuple[Agent, Recorder],
+) -> None:
+    # Orders may arrive out of order (see corral.messages): a stop decided at 6 is older
+    # than a launch decided at 7, so it was meant for an earlier binding of the task.
+    worker, recorder = agent
+    worker.start([launch("again", ["sleep", "60"], decided_at=7.0)])
+    worker.start([launch("unknown", ["sleep", "60"])])
+    pid = wait_until(lambda: recorder.started.get("again"), 20, "again to start")
+    wait_until(lambda: recorder.started.get("unknown"), 20, "unknown to start")
+    worker.stop([TaskStop("again", "n", (0,), "stale", 0.0, 6.0)])
+    # A launch of unknown time (an older server's) is stopped by any stop.
+    worker.stop([TaskStop("unknown", "n", (0,), "any", 0.0, 6.0)])
+    wait_until(lambda: recorder.ended.get("unknown"), 20, "unknown to be stopped")
+    assert recorder.ended["unknown"][1] == "any"
+    assert running(pid) and "again" not in recorder.ended
+    # Decided with the launch or after it: it stops.
+    worker.stop([TaskStop("again", "n", (0,), "current", 0.0, 7.0)])
+    wait_until(lambda: recorder.ended.get("again"), 20, "again to be stopped")
+    assert recorder.ended["again"][1] == "current"
+
+
 def test_a_task_cannot_stall_the_agent_with_its_telemetry_file(tmp_path: Path) -> None:
     # The file is the task's: a FIFO would block a plain open(), a symlink would make the
     # agent read another file.

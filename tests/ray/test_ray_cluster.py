@@ -271,7 +271,7 @@ def test_a_lost_node_requeues_its_gang_whole_and_nothing_runs_twice(
         watcher.join()
     assert lost_after < LOSS + 10, lost_after
     assert not twice, f"a rank ran twice at once: {twice}"
-    assert done["status"] == "succeeded", done
+    assert done["status"] == "succeeded", (done["reason"], ray_server.events("moved"))
     assert done["attempts"] == 2
     (requeued,) = ray_server.events("moved", "requeued")
     assert f"node {victim} stopped responding" in requeued["reason"]

@@ -158,6 +158,16 @@ class Agent:
                             stop_stray(stray, time.time(), stop.grace, stop.reason)
                     if task is None:
                         continue
+                    if stop.spares(task.launch):
+                        # Decided before this launch: delivered late, about an earlier one.
+                        log.info(
+                            "a stop of %s/%s decided at %.6f is older than its launch (%.6f)",
+                            stop.workload,
+                            number,
+                            stop.decided_at,
+                            task.launch.decided_at,
+                        )
+                        continue
                     if task.process is None:
                         # Never started: nothing to signal.
                         del self._tasks[(stop.workload, number)]

@@ -73,8 +73,12 @@ class _Buffer:
         launch: int | None = None,
     ) -> None:
         with self.lock:
-            known = self.attempts.pop((workload, task), -1)
+            known = self.attempts.get((workload, task), -1)
             attempt = known if attempt is None else attempt
+            if known == attempt:
+                # Only its own: the task may be started again already, for a later attempt
+                # (its end reported after the agent let go of it).
+                self.attempts.pop((workload, task), None)
             self.items.append(("ended", workload, task, attempt, exit_code, reason, launch))
             self.added.notify_all()
 

@@ -73,12 +73,14 @@ class Background:
         self.dispatcher.release(releases)
         self.dispatcher.started(set(decisions.bindings))
 
-    def release(self, record: WorkloadRecord, why: str) -> None:
-        """Stop the tasks of a workload the store just took off its nodes (deleted or
-        suspended), after its grace period."""
+    def release(self, record: WorkloadRecord, why: str, decided_at: float) -> None:
+        """Stop the tasks of a workload the store just took off its nodes (deleted,
+        suspended or cancelled), after its grace period; `decided_at`: the time before that
+        change (see corral.messages)."""
         if self.dispatcher is not None and record.placements:
             self.dispatcher.release(
-                releases_of(record.name, record.placements, why), record.spec.grace_period
+                releases_of(record.name, record.placements, why, decided_at),
+                record.spec.grace_period,
             )
 
     @asynccontextmanager

@@ -33,10 +33,15 @@ from corral.store.telemetry import record_samples
 log = logging.getLogger("corral.dispatch")
 
 
-def releases_of(workload: str, placements: Sequence[Placement], why: str) -> list[Release]:
-    """The releases that stop all of a workload's placed tasks, one per node, by node name."""
+def releases_of(
+    workload: str, placements: Sequence[Placement], why: str, decided_at: float | None
+) -> list[Release]:
+    """The releases that stop all of a workload's placed tasks, one per node, by node name;
+    `decided_at`: the time before the change that took them off their nodes."""
     return [
-        Release(workload, node, tuple(p.task for p in placements if p.node == node), why)
+        Release(
+            workload, node, tuple(p.task for p in placements if p.node == node), why, decided_at
+        )
         for node in sorted({p.node for p in placements})
     ]
 
@@ -58,6 +63,7 @@ def launches(
     rendezvous: Rendezvous = local_rendezvous,
     accounts: Mapping[str, str | None] | None = None,
     secrets: Mapping[str, str] | None = None,
+    decided_at: float | None = None,
 ) -> list[TaskLaunch]:
     """The launches of a workload's bound tasks (on `node` only, when given), with the
     environment each task sees: its own variables and `secrets` (variable -> value, see
@@ -125,6 +131,7 @@ def launches(
                 proc_start=state.proc_start if state.state == "running" else None,
                 unix_user=(accounts or {}).get(spec.user) if spec.user else None,
                 ports=tuple(port.name for port in spec.ports),
+                decided_at=decided_at,
             )
         )
     return result
@@ -164,13 +171,18 @@ class Dispatcher:
     # -- after a cycle, a deletion or a suspension ---------------------------------------
 
     def launches(
-        self, work: BoundWork, node: str | None, accounts: Mapping[str, str | None]
+        self,
+        work: BoundWork,
+        node: str | None,
+        accounts: Mapping[str, str | None],
+        decided_at: float,
     ) -> list[TaskLaunch]:
         """The launches of a bound workload (on `node` only, when given); `accounts` as
-        `unix_users` gives them, read once by the caller for all its workloads. Its secrets
-        are decrypted only here, at the last moment, and never logged."""
+        `unix_users` gives them, read once by the caller for all its workloads;
+        `decided_at`: the time after `work` was read (see corral.messages). Its
+        secrets are decrypted only here, at the last moment, and never logged."""
         secrets = self.store.secret_env(work.workload.spec)
-        return launches(work, node, self.rendezvous, accounts, secrets)
+        return launches(work, node, self.rendezvous, accounts, secrets, decided_at)
 
     def rendezvous(self, workload: str, attempt: int, node: str) -> tuple[str, int]:
         """Rank 0's address and port for this attempt of the workload, asked once."""
@@ -195,9 +207,10 @@ class Dispatcher:
     def started(self, names: set[str]) -> None:
         if names:
             work = self.store.bound_work(names=names)
+            read = time.time()
             accounts = unix_users(self.store)
             self.cluster.start(
-                [launch for w in work for launch in self.launches(w, None, accounts)]
+                [launch for w in work for launch in self.launches(w, None, accounts, read)]
             )
 
     def release(self, releases: list[Release], grace_period: float | None = None) -> None:
@@ -219,6 +232,7 @@ class Dispatcher:
                     release.tasks,
                     release.reason,
                     grace[release.workload],
+                    release.decided_at,
                 )
             )
         self.cluster.stop(stops)
@@ -267,7 +281,9 @@ class Dispatcher:
         if outcome.unbound:
             self.cluster.stop(
                 [
-                    TaskStop(r.workload, r.node, (r.task,), "no longer bound", 0.0)
+                    TaskStop(
+                        r.workload, r.node, (r.task,), "no longer bound", 0.0, outcome.decided_at
+                    )
                     for r in outcome.unbound
                 ]
             )
@@ -294,10 +310,15 @@ class Dispatcher:
                 agents[record.name] = (running, self.cluster.strays(record.name))
         # Reports sent before those answers are in the store before it is read.
         self.reports.flush()
+        # The stops decided here are of the store as it is now, the launches of what is
+        # bound when it has been read (see corral.messages).
+        decided = time.time()
         # All bound work in one read, grouped by node: reading it node by node cost a read
         # of every running workload per node (1,000 nodes: minutes per pass).
         by_node: dict[str, list[BoundWork]] = {}
-        for work in self.store.bound_work():
+        bound = self.store.bound_work()
+        read = time.time()
+        for work in bound:
             for node in dict.fromkeys(task.node for task in work.tasks):
                 by_node.setdefault(node, []).append(work)
         accounts = unix_users(self.store)
@@ -317,7 +338,7 @@ class Dispatcher:
                     # Decrypt secrets only for the work that must be started.
                     missing.extend(
                         launch
-                        for launch in self.launches(work, node, accounts)
+                        for launch in self.launches(work, node, accounts, read)
                         if launch.key not in running
                     )
             if missing:
@@ -334,6 +355,7 @@ class Dispatcher:
                             tuple(sorted(tasks)),
                             "no longer bound here",
                             self._grace(workload),
+                            decided,
                         )
                         for workload, tasks in sorted(extra.items())
                     ]
@@ -352,6 +374,7 @@ class Dispatcher:
         }
         if not stale:
             return []
+        decided = time.time()
         before = self.store.bound_work(nodes=stale)
         lost = self.store.expire_nodes(self.node_timeout)
         if not lost:
@@ -367,7 +390,7 @@ class Dispatcher:
             why = f"requeued: node {', '.join(sorted(lost))} was lost"
             grace = work.workload.spec.grace_period
             stops.extend(
-                TaskStop(work.workload.name, node, tuple(tasks), why, grace)
+                TaskStop(work.workload.name, node, tuple(tasks), why, grace, decided)
                 for node, tasks in sorted(others.items())
             )
         if stops:

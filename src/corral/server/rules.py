@@ -138,11 +138,15 @@ class Upkeep:
                     result.raw_deleted,
                     result.minutes_deleted,
                 )
+        # Before the rules change the store (see corral.messages).
+        decided = time.time()
         enforced = enforce_rules(self.store, now)
         for item in enforced:
             log.info("%s %s: %s", item.rule.field, item.record.name, item.reason)
             self.metrics.rule_applied(item.rule.field)
-            self.release(releases_of(item.record.name, item.record.placements, item.reason))
+            self.release(
+                releases_of(item.record.name, item.record.placements, item.reason, decided)
+            )
         if enforced:
             self.wake()
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -306,7 +307,9 @@ class Store(Database):
         """Cancel a workload, or every unfinished member of the array `name`; see
         `lifecycle.cancel`."""
         with self.write() as session:
-            return lifecycle.cancel(session, name, cause)
+            decided = time.time()
+            cancelled, stopped = lifecycle.cancel(session, name, cause)
+            return cancelled, stamped(stopped, decided)
 
     def update_workload(self, name: str, changes: dict[str, Any], cause: str) -> WorkloadRecord:
         """Change fields of a pending or suspended workload; see `lifecycle.MUTABLE`."""
@@ -392,7 +395,8 @@ class Store(Database):
 
         Returns the evicted tasks, whose processes must now be stopped."""
         with self.write() as session:
-            return scheduling.apply(session, decisions)
+            decided = time.time()
+            return stamped(scheduling.apply(session, decisions), decided)
 
     # -- tasks and agents ----------------------------------------------------------------
 
@@ -452,14 +456,20 @@ class Store(Database):
         Returns the sibling tasks to stop."""
         # It changes this workload alone: the scheduler re-reads only it.
         with self.write(touched=(workload,)) as session:
-            return tasks.task_ended(session, workload, task, exit_code, reason, attempt, launch)
+            decided = time.time()
+            stopped = tasks.task_ended(session, workload, task, exit_code, reason, attempt, launch)
+            return stamped(stopped, decided)
 
     def write_reports(self, batch: Sequence[reports.Report]) -> reports.Outcome:
         """Take in agents' reports, in order, in one transaction: each as `task_started`,
         `task_ended` (only when the task is bound to the reporting node, or not bound at
         all) and `heartbeat` would, and checkpoint times (`reports.checkpointed`)."""
         with self.write(relevant=False) as session:
+            decided = time.time()
             outcome = reports.write_reports(session, batch)
+            if outcome.releases or outcome.unbound:
+                outcome.decided_at = decided
+                outcome.releases = stamped(outcome.releases, decided)
             if outcome.revived:
                 self.bump(session)
             elif outcome.ended:
@@ -644,3 +654,9 @@ class Store(Database):
         """Everything that contradicts the store's invariants (empty when it is sound)."""
         with self.read() as session:
             return summaries.integrity_problems(session)
+
+
+def stamped(releases: list[Release], decided_at: float) -> list[Release]:
+    """`releases` marked as decided at `decided_at`: the time the transaction that
+    released them began, before it read anything (see corral.messages)."""
+    return [replace(release, decided_at=decided_at) for release in releases]

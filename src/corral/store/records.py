@@ -201,3 +201,5 @@ class Release:
     node: str
     tasks: tuple[int, ...]
     reason: str
+    # When the change that released them began (see corral.messages).
+    decided_at: float | None = None

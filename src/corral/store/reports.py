@@ -74,6 +74,8 @@ class Outcome:
     ended: set[str] = field(default_factory=set)
     # An unavailable node is ready again.
     revived: bool = False
+    # When the batch's transaction began, when it stops anything (see corral.messages).
+    decided_at: float | None = None
 
 
 def write_reports(session: Session, reports: Sequence[Report]) -> Outcome:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from dataclasses import replace
 from typing import Annotated
 
@@ -249,7 +250,9 @@ def delete_workload(
     name: str, current: User, store: StoreDep, background: BackgroundDep
 ) -> Response:
     managed_workload(store, current, name)
-    background.release(store.delete_workload(name, current.name), f"deleted by {current.name}")
+    decided = time.time()
+    deleted = store.delete_workload(name, current.name)
+    background.release(deleted, f"deleted by {current.name}", decided)
     background.loop.trigger()
     return Response(status_code=204)
 
@@ -257,7 +260,9 @@ def delete_workload(
 @router.post("/workloads/{name}/suspend", response_model=WorkloadOut)
 def suspend(name: str, current: User, store: StoreDep, background: BackgroundDep) -> WorkloadOut:
     managed_workload(store, current, name)
-    background.release(store.suspend(name, current.name), f"suspended by {current.name}")
+    decided = time.time()
+    suspended = store.suspend(name, current.name)
+    background.release(suspended, f"suspended by {current.name}", decided)
     background.loop.trigger()
     return workload_out(store.get_workload(name))
 

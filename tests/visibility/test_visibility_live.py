@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from livecorral import CORRAL, PYTHON, CorralUp
+from livecorral import CORRAL, PYTHON, CorralUp, wait_until
 
 DECLARE = """
 import sys, time
@@ -46,10 +46,20 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CorralUp]:
             "/queues",
             {"name": "lab", "deserved": 2, "rules": {"interactive": {"idle_timeout": 6}}},
         )
-        for name, percent in (("quiet", 0), ("busy", 80)):
+        # The busy one first, declaring itself before the quiet one starts: from then on
+        # both hold a GPU until the quiet one is suspended, 6 s idle later, however slowly
+        # a loaded machine started them.
+        for name, percent in (("busy", 80), ("quiet", 0)):
             server.submit(
                 name, "lab", [PYTHON, "-c", DECLARE, str(percent)], gpu=1, priority="interactive"
             )
+            server.wait_status(name, "running", timeout=40)
+            if name == "busy":
+                wait_until(
+                    lambda: server.get("/telemetry/workloads/busy", since=60)["series"],
+                    40,
+                    "the busy notebook's first declared sample",
+                )
         yield server
     finally:
         server.close()
@@ -214,9 +224,9 @@ def test_series_of_the_cluster_and_its_queues(settled: CorralUp) -> None:
     points = cluster["series"]
     assert len(points) == 20 and cluster["step"] == 2 and cluster["until"] == at + 10
     assert {p["gpus"] for p in points} == {2}
-    # Both notebooks held a GPU, one at 80%, one at 0% (from a little after they started,
-    # once the busy one had declared itself).
-    both = [p for p in points if p["time"] > started + 2 and p["time"] + 2 < at - 0.5]
+    # Both notebooks held a GPU, one at 80%, one at 0%, from a little after the quiet one
+    # started (the busy one had declared itself before) until it was suspended.
+    both = [p for p in points if p["time"] > started + 0.5 and p["time"] + 2 < at - 0.5]
     assert both
     for point in both:
         assert point["allocated"] == pytest.approx(2.0, abs=0.01)

@@ -112,16 +112,24 @@ def _confine(body: Any) -> None:
 
 # The id of the admin's first token, which every fuzzing request is sent with.
 OWN_TOKEN_ID = 1
+# Seconds a fuzzing request may wait for a workload (GET /workloads/NAME?until=...).
+WAIT = 0.05
 
 
 def before_call(context: Any, case: schemathesis.Case, kwargs: Any) -> None:
     """Before every call: workloads submitted, alone or in a batch, run HARMLESS; the
     token the fuzzer itself uses is never revoked (once it has made another admin token,
-    revoking the first is allowed, and every later request would be a 401)."""
+    revoking the first is allowed, and every later request would be a 401); a read that
+    waits for a workload (`until`) waits at most WAIT (the pending workload "1" would
+    hold each such request for up to a minute)."""
     path, body = case.operation.path, case.body
     parameters = case.path_parameters or {}
     if case.method.upper() == "DELETE" and parameters.get("token_id") == OWN_TOKEN_ID:
         parameters["token_id"] = 10**9  # no such token: a 404
+    query = case.query if isinstance(case.query, dict) else {}
+    # A wait the server refuses stays as generated: its 422 is checked too.
+    if "until" in query and ("wait" not in query or _seconds(query["wait"]) is not None):
+        query["wait"] = WAIT
     if case.method.upper() != "POST":
         return
     if path.endswith("/workloads"):
@@ -130,6 +138,15 @@ def before_call(context: Any, case: schemathesis.Case, kwargs: Any) -> None:
         workloads = body.get("workloads")
         for workload in workloads if isinstance(workloads, list) else []:
             _confine(workload)
+
+
+def _seconds(value: Any) -> float | None:
+    """A wait the server takes (more than 0, at most 60 seconds), or None."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if 0 < seconds <= 60 else None
 
 
 def after_call(context: Any, case: Any, response: Any) -> None:

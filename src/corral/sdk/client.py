@@ -269,6 +269,22 @@ class Client:
     def get_workload(self, name: str) -> WorkloadOut:
         return cast(WorkloadOut, self._request("GET", f"/workloads/{_segment(name)}"))
 
+    def wait_workload(self, name: str, until: str, wait: float = 30.0) -> WorkloadOut:
+        """The workload as soon as its status is `until` or it has ended, else after `wait`
+        seconds (at most 60): its status tells which. The server answers when the change
+        happens, so this is quicker and lighter than reading the workload again and again."""
+        params = {"until": until, "wait": f"{wait:g}"}
+        return cast(
+            WorkloadOut,
+            self._request(
+                "GET",
+                f"/workloads/{_segment(name)}",
+                params=params,
+                # The wait, and the usual time for an answer after it.
+                timeout=wait + self.timeout,
+            ),
+        )
+
     def list_workspaces(self, project: str | None = None) -> list[WorkspaceOut]:
         """Workloads that declare ports, of the projects the caller may enter."""
         params = {"project": project} if project else None
@@ -377,7 +393,9 @@ class Client:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         text: bool = False,
+        timeout: float | None = None,
     ) -> Any:
+        seconds = self.timeout if timeout is None else timeout
         try:
             response = self._http.request(
                 method,
@@ -385,9 +403,10 @@ class Client:
                 json=dict(body) if body is not None else None,
                 params=params,
                 headers=headers,
+                timeout=seconds,
             )
         except httpx.TimeoutException as error:
-            raise ServerUnreachable(self.server, f"no answer within {self.timeout:g} s") from error
+            raise ServerUnreachable(self.server, f"no answer within {seconds:g} s") from error
         except httpx.TransportError as error:
             reason = _one_line(str(error)) or type(error).__name__
             raise ServerUnreachable(self.server, reason) from error

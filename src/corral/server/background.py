@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from itertools import chain
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -20,6 +21,7 @@ from corral.server.scheduler import SchedulerLoop
 from corral.server.scheduler_process import SchedulerProcess
 from corral.server.submissions import Submissions
 from corral.server.threads import limit_worker_threads, worker_threads
+from corral.server.watch import Changes
 from corral.store import Store, WorkloadRecord
 from corral.store.records import Release
 
@@ -57,21 +59,32 @@ class Background:
         self.submissions = Submissions(store, self.loop.trigger)
         self.audit = AuditLog(store)
         self.admission = Admission(store, self.loop.shape)
+        # Requests waiting for workloads to change (GET /workloads/NAME?until=...).
+        self.changes = Changes()
+        self.loop.on_changes = self._changed
         self.dispatcher: Dispatcher | None = None
         if cluster is not None:
             if data_dir is None:
                 raise ValueError("a cluster needs the data directory for logs and checkpoints")
             self.dispatcher = Dispatcher(store, cluster, data_dir, self.loop.trigger, node_timeout)
-            self.loop.on_changes = self._changed
+            self.dispatcher.ended = self.changes.changed
             self.dispatcher.upkeep.append(
                 Upkeep(store, self.dispatcher.release, self.loop.trigger, self.loop.metrics)
             )
 
     def _changed(self, decisions: Decisions, releases: list[Release]) -> None:
-        """After a cycle that changed something: stop what it released, start what it bound."""
-        assert self.dispatcher is not None
-        self.dispatcher.release(releases)
-        self.dispatcher.started(set(decisions.bindings))
+        """After a cycle that changed something: wake the requests waiting on its
+        workloads, stop what it released, start what it bound."""
+        self.changes.changed(
+            chain(
+                decisions.bindings,
+                (e.workload for e in decisions.evictions),
+                (r.workload for r in releases),
+            )
+        )
+        if self.dispatcher is not None:
+            self.dispatcher.release(releases)
+            self.dispatcher.started(set(decisions.bindings))
 
     def release(self, record: WorkloadRecord, why: str, decided_at: float) -> None:
         """Stop the tasks of a workload the store just took off its nodes (deleted,

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from corral.cluster import Cluster
@@ -166,6 +166,8 @@ class Dispatcher:
         self._ports_lock = threading.Lock()
         # Jobs the monitor runs after each reconciliation (telemetry rollups, rules).
         self.upkeep: list[Callable[[], None]] = []
+        # Told the workloads whose task ends were taken in.
+        self.ended: Callable[[Collection[str]], None] | None = None
         self.reports = ReportWriter(store, self._reported)
 
     # -- after a cycle, a deletion or a suspension ---------------------------------------
@@ -288,6 +290,8 @@ class Dispatcher:
                 ]
             )
         self.release(outcome.releases)
+        if outcome.ended and self.ended is not None:
+            self.ended(outcome.ended)
         if outcome.ended or outcome.revived:
             self.wake_scheduler()
 

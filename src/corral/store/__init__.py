@@ -5,6 +5,7 @@ from corral.store.db import Store
 from corral.store.errors import Conflict, Invalid, NotFound, StoreError
 from corral.store.records import (
     ACTIVE,
+    FINISHED,
     ROLES,
     STATUSES,
     EventRecord,
@@ -17,6 +18,7 @@ from corral.store.records import (
 
 __all__ = [
     "ACTIVE",
+    "FINISHED",
     "ROLES",
     "STATUSES",
     "Conflict",

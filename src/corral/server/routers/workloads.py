@@ -5,6 +5,8 @@ project's project-admins manage all of its workloads; viewers read all; admins d
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import secrets
 import time
@@ -37,10 +39,12 @@ from corral.server.logs import read_log
 from corral.server.outputs import vars_of, workload_out
 from corral.server.routes import PrefixedRoute
 from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
+from corral.server.watch import RECHECK_SECONDS
 from corral.server.why import explain
 from corral.server.why_depth import deepen
 from corral.server.why_pools import deepen_by_pool
 from corral.store import (
+    FINISHED,
     STATUSES,
     Conflict,
     EventRecord,
@@ -236,13 +240,57 @@ def submit_batch(
     return [workload_out(record) for record in records]
 
 
+# The longest a request may wait for a workload (`until`), in seconds.
+MAX_WAIT = 60.0
+DEFAULT_WAIT = 30.0
+
+
 @router.get("/workloads/{name}", response_model=WorkloadOut)
-async def get_workload(name: str, current: User, request: Request) -> WorkloadOut:
+async def get_workload(
+    name: str,
+    current: User,
+    request: Request,
+    until: Annotated[
+        str | None,
+        Query(
+            pattern="^(" + "|".join(STATUSES) + ")$",
+            description="answer once the workload is in this status or has ended (succeeded, "
+            "failed, cancelled), or after `wait` seconds, whichever comes first: the status "
+            "in the answer tells which",
+        ),
+    ] = None,
+    wait: Annotated[
+        float | None,
+        Query(
+            gt=0,
+            le=MAX_WAIT,
+            description=f"seconds to wait for `until` at most (default {DEFAULT_WAIT:g})",
+        ),
+    ] = None,
+) -> WorkloadOut:
+    """A workload; with `until`, as soon as it reaches that status (a client waiting for
+    its submission to start asks `until=running` rather than polling)."""
     # The busiest read. Async: FastAPI checks what a plain function returns in a worker
     # thread of its own, a second trip after the one that ran it; here only the store is
-    # read in one. The store from the request, not as a dependency of its own.
-    store, _ = application(request)
-    return workload_out(await run_in_threadpool(visible_workload, store, current, name))
+    # read in one. The store and the background from the request, not as dependencies.
+    store, background = application(request)
+    if until is None:
+        if wait is not None:
+            raise Invalid("wait", "give `until` too: the status to wait for")
+        return workload_out(await run_in_threadpool(visible_workload, store, current, name))
+    deadline = time.monotonic() + (DEFAULT_WAIT if wait is None else wait)
+    with background.changes.watching(name, current.name) as changed:
+        while True:
+            # Cleared before the look: a change announced during it is not missed.
+            if changed is not None:
+                changed.clear()
+            record = await run_in_threadpool(visible_workload, store, current, name)
+            left = deadline - time.monotonic()
+            done = record.status == until or record.status in FINISHED or left <= 0
+            if done or changed is None:
+                return workload_out(record)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(left, RECHECK_SECONDS))
 
 
 @router.delete("/workloads/{name}", status_code=204)

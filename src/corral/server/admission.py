@@ -74,14 +74,26 @@ class Admission:
             and summary.never_fits(spec) is None
         )
 
-    def check(self, spec: WorkloadSpec, at: tuple[str | int, ...] = ()) -> None:
-        """Raise Invalid (at `at`, in a batch) when `spec` can never run here."""
-        if self.accepts(spec):
-            return
-        problem = self._summary(self.shape()).never_fits(spec)
-        if problem is not None:
-            path, message = problem
-            raise Invalid(str(path[-1]), message, (*at, *path[:-1]))
+    def check(self, spec: WorkloadSpec) -> None:
+        """Raise Invalid when `spec` can never run here."""
+        self.check_all([spec], None)
+
+    def check_all(self, specs: Sequence[WorkloadSpec], at: str | None = "workloads") -> None:
+        """Raise Invalid for the first of `specs` that can never run here, at its place
+        in the request (`workloads[i]`; at the top when `at` is None). The store is read
+        once at most, whatever their number: a batch of a thousand checked one by one
+        read its generation a thousand times."""
+        shape: Shape | None = None
+        for index, spec in enumerate(specs):
+            if self.accepts(spec):
+                continue
+            if shape is None:
+                shape = self.shape()
+            problem = self._summary(shape).never_fits(spec)
+            if problem is not None:
+                path, message = problem
+                place = () if at is None else (at, index)
+                raise Invalid(str(path[-1]), message, (*place, *path[:-1]))
 
     def _summary(self, shape: Shape) -> _Summary:
         # The scheduler's cycles hand on the same tuples while nodes and queues stay.

@@ -217,8 +217,7 @@ def submit_batch(
     made = [item.to_spec(item.name or "-", current.name) for item in body.workloads]
     if any(spec.after for spec in made):
         check_after(store, current, made)
-    for index, spec in enumerate(made):
-        background.admission.check(spec, ("workloads", index))
+    background.admission.check_all(made)
     key = idempotency(idempotency_key, current.name, body)
     for attempt in range(NAME_ATTEMPTS):
         specs = [

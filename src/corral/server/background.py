@@ -4,7 +4,7 @@ the monitor's upkeep. They start and stop with the application (`Background.life
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from itertools import chain
 from pathlib import Path
@@ -95,6 +95,19 @@ class Background:
                 releases_of(record.name, record.placements, why, decided_at),
                 record.spec.grace_period,
             )
+
+    def released(self, records: Sequence[WorkloadRecord], releases: list[Release]) -> None:
+        """Stop the tasks named by the store's `releases` (stamped in its transaction), each
+        workload's after its grace period, as `records` (the workloads before the change)
+        give it."""
+        if self.dispatcher is None:
+            return
+        grace = {record.name: record.spec.grace_period for record in records}
+        by_workload: dict[str, list[Release]] = {}
+        for release in releases:
+            by_workload.setdefault(release.workload, []).append(release)
+        for workload, stopped in by_workload.items():
+            self.dispatcher.release(stopped, grace.get(workload))
 
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:

@@ -52,10 +52,8 @@ def cancel_workload(
         if not members:
             raise
         may_manage(current, members[0])
-    decided = time.time()
-    before, _ = store.cancel(name, current.name)
-    for record in before:
-        background.release(record, f"cancelled by {current.name}", decided)
+    before, releases = store.cancel(name, current.name)
+    background.released(before, releases)
     background.loop.trigger()
     after = store.list_workloads(array=name) if not single else [store.get_workload(name)]
     cancelled = {record.name for record in before}

@@ -1,4 +1,5 @@
-"""Helpers for the CLI tests: the installed `corral` console script run as a user would.
+"""Helpers for the CLI tests: `corral` commands run as a user would, each in a process of
+its own (forked from one that has imported the CLI: cli_forks).
 
 Each `Cli` has a home directory of its own (so a config file written by `corral login`
 stays in the test), and either credentials in CORRAL_SERVER/CORRAL_TOKEN or none, so
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import cli_forks
 import httpx
 import pytest
 
@@ -55,6 +57,10 @@ class Cli:
     def run(
         self, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
+        """The command's exit code and output, run by a child forked from a process that
+        has imported the CLI (cli_forks)."""
+        if cli_forks.ENABLED:
+            return cli_forks.forks().run(list(args), self.env() | (env or {}), stdin, 60)
         return subprocess.run(
             [str(CORRAL), *args],
             capture_output=True,

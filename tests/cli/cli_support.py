@@ -20,11 +20,8 @@ from typing import Any, TypeVar
 
 import cli_forks
 import httpx
-import pytest
 
 T = TypeVar("T")
-# For tests of what the CLI checks by itself: the database cannot change their outcome.
-sqlite_only = pytest.mark.parametrize("server", ["sqlite"], indirect=True)
 CORRAL = Path(sys.executable).with_name("corral")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from cli_support import Cli, make, row, sqlite_only
+from cli_support import Cli, make, row
 
 from corral.sdk import types
 
@@ -28,7 +28,6 @@ def test_login_checks_the_token_and_saves_it_for_the_owner_only(
     assert "admin" in cli.ok("user", "list")
 
 
-@sqlite_only
 def test_login_follows_xdg_config_home_and_tightens_an_existing_file(
     server: Any, tmp_path: Path
 ) -> None:
@@ -45,7 +44,6 @@ def test_login_follows_xdg_config_home_and_tightens_an_existing_file(
     assert not (tmp_path / "home" / ".config" / "corral").exists()
 
 
-@sqlite_only
 def test_a_bad_token_or_server_is_refused_and_nothing_is_saved(server: Any, tmp_path: Path) -> None:
     cli = Cli(tmp_path)
     assert cli.fails("login", "--server", server.url, "--token", "crl_nope", code=1) == (
@@ -60,7 +58,6 @@ def test_a_bad_token_or_server_is_refused_and_nothing_is_saved(server: Any, tmp_
     assert cli.fails("list", code=1).startswith("not logged in: run corral login")
 
 
-@sqlite_only
 def test_the_environment_overrides_the_config_file(
     server: Any, api: httpx.Client, tmp_path: Path
 ) -> None:
@@ -130,7 +127,6 @@ def test_admins_create_users_and_tokens(server: Any, admin: Cli, api: httpx.Clie
     )
 
 
-@sqlite_only
 def test_user_errors(admin: Cli) -> None:
     assert admin.fails("user", "create", "acct-nobody", code=2) == "a member needs a project"
     assert admin.fails("user", "token", "acct-ghost", code=1) == "user 'acct-ghost' not found"
@@ -170,7 +166,6 @@ def test_a_member_submits_to_their_own_project_only(
     )
 
 
-@sqlite_only
 def test_errors_show_no_traceback_unless_asked_with_debug(admin: Cli) -> None:
     assert admin.fails("describe", "no-such-job", code=1) == "workload 'no-such-job' not found"
     # In red where colour is shown.
@@ -182,7 +177,6 @@ def test_errors_show_no_traceback_unless_asked_with_debug(admin: Cli) -> None:
     assert "Traceback" in debug.stderr and "ApiError" in debug.stderr
 
 
-@sqlite_only
 def test_the_sdk_types_match_the_api(api: httpx.Client) -> None:
     """Every typed dictionary of corral.sdk.types has the fields of the schema of the same
     name in the server's OpenAPI document, so that the CLI's reading of them is right."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cli_support import Cli, make, row, sqlite_only, wait_for
+from cli_support import Cli, make, row, wait_for
 
 # Minutes of work: started before the other modules (tests/conftest.py).
 pytestmark = pytest.mark.long
@@ -110,7 +110,6 @@ def test_rules_per_workload_class_set_and_changed_one_class_at_a_time(
     assert row(admin.ok("project", "list"), "ruled")[-1] == "-"
 
 
-@sqlite_only
 def test_invalid_rule_options_name_the_option_and_change_nothing(
     admin: Cli, api: httpx.Client
 ) -> None:
@@ -191,7 +190,6 @@ def test_delete_a_project_then_its_department(admin: Cli, api: httpx.Client) -> 
     assert api.get("/queues/deld").status_code == 404
 
 
-@sqlite_only
 def test_invalid_settings_name_the_option_or_field(admin: Cli, api: httpx.Client) -> None:
     before = api.get("/queues").json()
     for args, message in [
@@ -280,7 +278,6 @@ def test_cordon_uncordon_and_remove(admin: Cli, api: httpx.Client) -> None:
     assert api.get("/nodes/nc-1").status_code == 404
 
 
-@sqlite_only
 def test_node_errors(admin: Cli, api: httpx.Client, server: Any, tmp_path: Path) -> None:
     assert admin.fails("node", "register", "ne", "--label", "rack", code=2) == (
         "--label: 'rack' is not KEY=VALUE"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from cli_support import Cli, make, sqlite_only
+from cli_support import Cli, make
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "workloads"
 
@@ -21,7 +21,6 @@ def _setup(admin: Cli, api: httpx.Client) -> None:
     admin.ok("secret", "set", "HF_TOKEN", "-p", "team-a", stdin="hf-value\n")
 
 
-@sqlite_only
 def test_every_example_is_taken(admin: Cli, api: httpx.Client) -> None:
     _setup(admin, api)
     files = sorted(EXAMPLES.glob("*.yaml"))
@@ -40,7 +39,6 @@ def test_every_example_is_taken(admin: Cli, api: httpx.Client) -> None:
     assert api.get("/workloads/inference-example").json()["secrets"] == {"HF_TOKEN": "HF_TOKEN"}
 
 
-@sqlite_only
 def test_dry_run_prints_what_apply_takes(admin: Cli, api: httpx.Client) -> None:
     _setup(admin, api)
     args = (
@@ -79,7 +77,6 @@ def test_dry_run_prints_what_apply_takes(admin: Cli, api: httpx.Client) -> None:
     )
 
 
-@sqlite_only
 def test_export_sends_the_shell_less_secrets_and_corral_s_own(admin: Cli, tmp_path: Path) -> None:
     shell = {"MY_API_TOKEN": "s3cret", "PLAIN_SETTING": "on", "SSH_AUTH_SOCK": "/tmp/agent"}
 

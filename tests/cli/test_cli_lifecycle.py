@@ -8,7 +8,7 @@ import io
 import json
 
 import httpx
-from cli_support import Cli, make, row, sqlite_only, wait_for
+from cli_support import Cli, make, row, wait_for
 
 
 def _node(api: httpx.Client, pool: str, gpus: int) -> None:
@@ -70,7 +70,6 @@ def test_array_after_cancel_and_history(admin: Cli, api: httpx.Client) -> None:
     )
 
 
-@sqlite_only
 def test_update_and_estimated_start(admin: Cli, api: httpx.Client) -> None:
     make(api, "/queues", {"name": "upd", "deserved": 1})
     _node(api, "upd", 1)
@@ -98,7 +97,6 @@ def test_update_and_estimated_start(admin: Cli, api: httpx.Client) -> None:
     assert row(table, "next")[4] == "after running work ends (by its max runtime)"
 
 
-@sqlite_only
 def test_bad_array_and_after_options_name_the_option(admin: Cli, api: httpx.Client) -> None:
     make(api, "/queues", {"name": "badlife"})
     cases = [

@@ -8,7 +8,7 @@ import subprocess
 
 import httpx
 import yaml
-from cli_support import CORRAL, Cli, make, row, sqlite_only, wait_for
+from cli_support import CORRAL, Cli, make, row, wait_for
 
 
 def _setup(api: httpx.Client) -> None:
@@ -18,7 +18,6 @@ def _setup(api: httpx.Client) -> None:
     make(api, "/nodes", {"name": "out-node", "gpus": 2, "labels": {"pool": "out"}})
 
 
-@sqlite_only
 def test_list_commands_print_wide_json_and_yaml(admin: Cli, api: httpx.Client) -> None:
     _setup(api)
     admin.ok(
@@ -44,7 +43,6 @@ def test_list_commands_print_wide_json_and_yaml(admin: Cli, api: httpx.Client) -
     )
 
 
-@sqlite_only
 def test_account_lists_print_json_and_yaml_too(admin: Cli, api: httpx.Client) -> None:
     _setup(api)
     secret = admin.run("secret", "set", "OUT_KEY", "-p", "out-team", stdin="hidden")
@@ -62,7 +60,6 @@ def test_account_lists_print_json_and_yaml_too(admin: Cli, api: httpx.Client) ->
         )
 
 
-@sqlite_only
 def test_submit_declares_ports(admin: Cli, api: httpx.Client) -> None:
     _setup(api)
     args = ("submit", "web", "-p", "out-team", "--export", "NONE", "--dry-run")
@@ -76,7 +73,6 @@ def test_submit_declares_ports(admin: Cli, api: httpx.Client) -> None:
     )
 
 
-@sqlite_only
 def test_piped_output_is_not_cut_to_80_columns(admin: Cli, api: httpx.Client) -> None:
     _setup(api)
     long_name = "out-" + "x" * 50

@@ -8,10 +8,9 @@ of its own (the CLI fixtures start one per module)."""
 from __future__ import annotations
 
 import httpx
-from cli_support import Cli, make, row, sqlite_only, wait_for
+from cli_support import Cli, make, row, wait_for
 
 
-@sqlite_only
 def test_pool_quotas_are_set_merged_and_refused(admin: Cli, api: httpx.Client) -> None:
     out = admin.ok(
         "project", "create", "pa", "--deserved", "1",
@@ -46,7 +45,6 @@ def test_pool_quotas_are_set_merged_and_refused(admin: Cli, api: httpx.Client) -
     assert api.get("/queues").json() == before
 
 
-@sqlite_only
 def test_submit_to_pools_in_order_and_why(admin: Cli, api: httpx.Client) -> None:
     make(api, "/queues", {"name": "pq", "pools": {"a100": {"deserved": 1}}})
     make(api, "/nodes", {"name": "pq-a100", "gpus": 1, "labels": {"pool": "a100"}})

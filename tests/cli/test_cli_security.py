@@ -6,10 +6,9 @@ import json
 from typing import Any
 
 import httpx
-from cli_support import Cli, make, row, sqlite_only
+from cli_support import Cli, make, row
 
 
-@sqlite_only
 def test_tokens_are_created_listed_and_revoked(
     server: Any, admin: Cli, api: httpx.Client, tmp_path: Any
 ) -> None:
@@ -39,7 +38,6 @@ def test_tokens_are_created_listed_and_revoked(
     assert admin.fails("token", "create", "tok-user", "--expires", "soon", code=2)
 
 
-@sqlite_only
 def test_user_delete_and_audit(server: Any, admin: Cli, api: httpx.Client, tmp_path: Any) -> None:
     queue = make(api, "/queues", {"name": "delq", "deserved": 1})["name"]
     token = make(api, "/users", {"name": "gone", "role": "member", "project": queue})["token"]

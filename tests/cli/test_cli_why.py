@@ -6,7 +6,7 @@ never fit refused with the reason."""
 from __future__ import annotations
 
 import httpx
-from cli_support import Cli, make, row, sqlite_only, wait_for
+from cli_support import Cli, make, row, wait_for
 
 
 def _pending_with_reason(api: httpx.Client, name: str) -> str:
@@ -19,7 +19,6 @@ def _pending_with_reason(api: httpx.Client, name: str) -> str:
     return wait_for(probe, f"a pending reason for {name}")
 
 
-@sqlite_only
 def test_why_explains_reclaim_and_who_holds_the_gpus(admin: Cli, api: httpx.Client) -> None:
     make(api, "/queues", {"name": "why-a", "deserved": 2})
     make(api, "/queues", {"name": "why-b", "deserved": 2})
@@ -69,7 +68,6 @@ def test_why_explains_reclaim_and_who_holds_the_gpus(admin: Cli, api: httpx.Clie
     )
 
 
-@sqlite_only
 def test_why_says_how_usage_moved_the_weight(admin: Cli, api: httpx.Client) -> None:
     """With time-decayed fair share on, `corral why` gives each queue's effective
     over-quota weight and the usage it comes from."""
@@ -105,7 +103,6 @@ def test_why_says_how_usage_moved_the_weight(admin: Cli, api: httpx.Client) -> N
     admin.ok("cancel", "tdw-wants")
 
 
-@sqlite_only
 def test_submit_refuses_what_can_never_fit(admin: Cli, api: httpx.Client) -> None:
     make(api, "/queues", {"name": "nf"})
     make(api, "/nodes", {"name": "nf-node", "gpus": 4, "labels": {"pool": "nf"}})

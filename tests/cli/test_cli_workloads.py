@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from cli_support import Cli, make, row, sqlite_only, wait_for
+from cli_support import Cli, make, row, wait_for
 
 GIB = 1 << 30
 
@@ -73,7 +73,6 @@ def test_submit_sends_every_option(admin: Cli, api: httpx.Client) -> None:
     assert (small["priority"], small["preemptible"], small["tasks"][0]["gpu"]) == (75, True, 0.5)
 
 
-@sqlite_only
 def test_submit_refuses_bad_options_and_sends_nothing(admin: Cli, api: httpx.Client) -> None:
     make(api, "/queues", {"name": "badopt"})
     make(api, "/queues", {"name": "badopt-dept"})
@@ -145,7 +144,6 @@ command: [sleep, "1"]
     assert admin.ok("apply", "-f", "-", stdin=stdin) == "Submitted ap-three to ap (pending).\n"
 
 
-@sqlite_only
 def test_apply_names_the_document_and_field_that_is_wrong(
     admin: Cli, api: httpx.Client, tmp_path: Path
 ) -> None:
@@ -263,7 +261,6 @@ def test_suspend_resume_and_delete(admin: Cli, api: httpx.Client) -> None:
     assert admin.fails("delete", "sr-job", code=1) == "workload 'sr-job' not found"
 
 
-@sqlite_only
 def test_secrets_from_the_cli(admin: Cli, api: httpx.Client, tmp_path: Path) -> None:
     """`corral secret set` reads stdin or a file, `list` shows names only, and submit's
     `--secret NAME` / `--secret VAR=NAME` and YAML's `secrets:` list name them."""

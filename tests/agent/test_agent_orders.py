@@ -23,7 +23,7 @@ from corral.cluster.local import LocalCluster
 from corral.messages import TaskStop
 from corral.model import Decisions, Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
-from corral.server.dispatch import Dispatcher, releases_of
+from corral.server.dispatch import Dispatcher
 from corral.server.scheduler import SchedulerLoop
 from corral.store import Store
 from corral.store.records import Release
@@ -101,11 +101,9 @@ class Plant:
         return work[0].tasks[0].pid if work and work[0].tasks[0].state == "running" else None
 
     def suspend(self, name: str) -> None:
-        decided = time.time()
-        record = self.store.suspend(name, "test")
-        self.dispatcher.release(
-            releases_of(name, record.placements, "suspended", decided), record.spec.grace_period
-        )
+        # What POST /workloads/NAME/suspend does (corral.server.routers.workloads).
+        record, releases = self.store.suspend(name, "test")
+        self.dispatcher.release(releases, record.spec.grace_period)
 
     def close(self) -> None:
         self.agent.close()
@@ -194,6 +192,24 @@ def test_what_the_store_releases_carries_the_time_before_the_release(store: Stor
     assert sorted(r.tasks for r in stopped) == [(0,), (1,)]
     (decided,) = {r.decided_at for r in stopped}
     assert decided is not None and before <= decided <= after
+    # Suspended, then (resumed and bound again) deleted: the tasks of each node, named by
+    # the store in the transaction that took them off, with its time.
+    store.submit(spec("d", 2, 2.0))
+    loop.run_cycle()
+    for change, done in ((store.suspend, "suspended"), (store.delete_workload, "deleted")):
+        before = time.time()
+        record, stopped = change("d", "test")
+        after = time.time()
+        assert sorted((r.node, r.tasks) for r in stopped) == sorted(
+            (p.node, (p.task,)) for p in record.placements
+        )
+        assert {r.reason for r in stopped} == {f"{done} by test"}
+        (decided,) = {r.decided_at for r in stopped}
+        assert decided is not None and before <= decided <= after
+        assert len(stopped) == 2  # its two tasks, one on each node
+        if done == "suspended":
+            store.resume("d", "test")
+            loop.run_cycle()
     # And nothing of it once the store has taken the reports in: a write that stops
     # nothing says no time.
     assert store.write_reports([Beat("n0")]).decided_at is None

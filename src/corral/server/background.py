@@ -15,7 +15,7 @@ from corral.cluster import Cluster
 from corral.model import Decisions, SchedulerConfig
 from corral.server.admission import Admission
 from corral.server.audit import AuditLog
-from corral.server.dispatch import Dispatcher, releases_of
+from corral.server.dispatch import Dispatcher
 from corral.server.rules import Upkeep
 from corral.server.scheduler import SchedulerLoop
 from corral.server.scheduler_process import SchedulerProcess
@@ -85,16 +85,6 @@ class Background:
         if self.dispatcher is not None:
             self.dispatcher.release(releases)
             self.dispatcher.started(set(decisions.bindings))
-
-    def release(self, record: WorkloadRecord, why: str, decided_at: float) -> None:
-        """Stop the tasks of a workload the store just took off its nodes (deleted,
-        suspended or cancelled), after its grace period; `decided_at`: the time before that
-        change (see corral.messages)."""
-        if self.dispatcher is not None and record.placements:
-            self.dispatcher.release(
-                releases_of(record.name, record.placements, why, decided_at),
-                record.spec.grace_period,
-            )
 
     def released(self, records: Sequence[WorkloadRecord], releases: list[Release]) -> None:
         """Stop the tasks named by the store's `releases` (stamped in its transaction), each

@@ -288,20 +288,26 @@ class Store(Database):
         with self.read() as session:
             return workloads.list_workloads(session, project, status, user, projects, array=array)
 
-    def delete_workload(self, name: str, cause: str) -> WorkloadRecord:
-        """Delete a workload and free its devices. Returns what it was."""
+    def delete_workload(self, name: str, cause: str) -> tuple[WorkloadRecord, list[Release]]:
+        """Delete a workload and free its devices. Returns what it was, and the tasks to
+        stop stamped as `cancel` stamps them."""
         with self.write() as session:
-            return workloads.delete_workload(session, name, cause)
+            decided = time.time()
+            record, stopped = lifecycle.delete_workload(session, name, cause)
+            return record, stamped(stopped, decided)
 
-    def suspend(self, name: str, cause: str) -> WorkloadRecord:
-        """Take a workload out of scheduling; a running one gives its devices back."""
+    def suspend(self, name: str, cause: str) -> tuple[WorkloadRecord, list[Release]]:
+        """Take a workload out of scheduling; a running one gives its devices back.
+        Returns what it was, and the tasks to stop stamped as `cancel` stamps them."""
         with self.write() as session:
-            return workloads.suspend(session, name, cause)
+            decided = time.time()
+            record, stopped = lifecycle.suspend(session, name, cause)
+            return record, stamped(stopped, decided)
 
     def resume(self, name: str, cause: str) -> WorkloadRecord:
         """Send a suspended workload back to pending."""
         with self.write() as session:
-            return workloads.resume(session, name, cause)
+            return lifecycle.resume(session, name, cause)
 
     def cancel(self, name: str, cause: str) -> tuple[list[WorkloadRecord], list[Release]]:
         """Cancel a workload, or every unfinished member of the array `name`; see

@@ -1,5 +1,6 @@
 """A workload's life after submission: cancelling it (or every member of an array),
-changing it while it waits, and releasing the workloads whose dependencies are met."""
+deleting, suspending and resuming it, changing it while it waits, and releasing the
+workloads whose dependencies are met."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from corral.model.arrays import Dependency
 from corral.store.convert import array_reason, dependency_text, workload_record
 from corral.store.errors import Conflict, NotFound
 from corral.store.events import add_event, add_events, event_values
-from corral.store.records import Release, WorkloadRecord
+from corral.store.records import ACTIVE, Release, WorkloadRecord
 from corral.store.schema import WorkloadRow
 from corral.store.tasks import releases
-from corral.store.workloads import WORKLOADS
+from corral.store.workloads import WORKLOADS, workload_row
 
 # What may be cancelled: work that has not ended.
 CANCELLABLE = ("pending", "running", "suspended")
@@ -71,6 +72,48 @@ def cancel(session: Session, name: str, cause: str) -> tuple[list[WorkloadRecord
         stopped.extend(releases(row, {p.task for p in row.placements}, f"cancelled by {cause}"))
         _cancel_row(session, row, cause, f"cancelled by {cause}")
     return before, stopped
+
+
+def delete_workload(
+    session: Session, name: str, cause: str
+) -> tuple[WorkloadRecord, list[Release]]:
+    """Delete a workload and free its devices. Returns what it was and the tasks to stop."""
+    row = workload_row(session, name)
+    record = workload_record(row, row.queue.name)
+    stopped = releases(row, {p.task for p in row.placements}, f"deleted by {cause}")
+    session.delete(row)
+    add_event(session, "deleted", cause, "", workload=name)
+    return record, stopped
+
+
+def suspend(session: Session, name: str, cause: str) -> tuple[WorkloadRecord, list[Release]]:
+    """Take a workload out of scheduling; a running one gives its devices back. Returns
+    what it was and the tasks to stop."""
+    row = workload_row(session, name)
+    if row.status not in ACTIVE:
+        raise Conflict(
+            f"workload {name!r} is {row.status}; only pending or running work can be suspended"
+        )
+    record = workload_record(row, row.queue.name)
+    stopped = releases(row, {p.task for p in row.placements}, f"suspended by {cause}")
+    row.placements.clear()
+    row.status = "suspended"
+    row.reason = f"suspended by {cause}"
+    add_event(session, "suspended", cause, "", workload=name)
+    return record, stopped
+
+
+def resume(session: Session, name: str, cause: str) -> WorkloadRecord:
+    """Send a suspended workload back to pending."""
+    row = workload_row(session, name)
+    if row.status != "suspended":
+        raise Conflict(f"workload {name!r} is {row.status}, not suspended")
+    row.status = "pending"
+    row.pending_since = time.time()
+    row.reason = None
+    add_event(session, "resumed", cause, "", workload=name)
+    session.flush()
+    return workload_record(row, row.queue.name)
 
 
 def _cancel_row(session: Session, row: WorkloadRow, cause: str, reason: str) -> None:

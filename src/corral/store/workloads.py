@@ -1,8 +1,7 @@
-"""Workloads: submission (checked and inserted in batches), listing, deletion, suspension."""
+"""Workloads: submission (checked and inserted in batches) and listing."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
@@ -22,9 +21,9 @@ from corral.store.convert import (
     workload_values,
 )
 from corral.store.errors import Conflict, Invalid, NotFound
-from corral.store.events import add_event, add_events, event_values
+from corral.store.events import add_events, event_values
 from corral.store.idempotency import Idempotency, Replayed, find, remember
-from corral.store.records import ACTIVE, WorkloadRecord
+from corral.store.records import WorkloadRecord
 from corral.store.schema import (
     NodeRow,
     PlacementRow,
@@ -350,40 +349,3 @@ def list_workloads(
     if array is not None:
         query = query.where(WorkloadRow.array_name == array)
     return [workload_record(row, queue) for row, queue in session.execute(query).all()]
-
-
-def delete_workload(session: Session, name: str, cause: str) -> WorkloadRecord:
-    """Delete a workload and free its devices. Returns what it was."""
-    row = workload_row(session, name)
-    record = workload_record(row, row.queue.name)
-    session.delete(row)
-    add_event(session, "deleted", cause, "", workload=name)
-    return record
-
-
-def suspend(session: Session, name: str, cause: str) -> WorkloadRecord:
-    """Take a workload out of scheduling; a running one gives its devices back."""
-    row = workload_row(session, name)
-    if row.status not in ACTIVE:
-        raise Conflict(
-            f"workload {name!r} is {row.status}; only pending or running work can be suspended"
-        )
-    record = workload_record(row, row.queue.name)
-    row.placements.clear()
-    row.status = "suspended"
-    row.reason = f"suspended by {cause}"
-    add_event(session, "suspended", cause, "", workload=name)
-    return record
-
-
-def resume(session: Session, name: str, cause: str) -> WorkloadRecord:
-    """Send a suspended workload back to pending."""
-    row = workload_row(session, name)
-    if row.status != "suspended":
-        raise Conflict(f"workload {name!r} is {row.status}, not suspended")
-    row.status = "pending"
-    row.pending_since = time.time()
-    row.reason = None
-    add_event(session, "resumed", cause, "", workload=name)
-    session.flush()
-    return workload_record(row, row.queue.name)

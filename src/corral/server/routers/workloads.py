@@ -297,9 +297,8 @@ def delete_workload(
     name: str, current: User, store: StoreDep, background: BackgroundDep
 ) -> Response:
     managed_workload(store, current, name)
-    decided = time.time()
-    deleted = store.delete_workload(name, current.name)
-    background.release(deleted, f"deleted by {current.name}", decided)
+    deleted, releases = store.delete_workload(name, current.name)
+    background.released([deleted], releases)
     background.loop.trigger()
     return Response(status_code=204)
 
@@ -307,9 +306,8 @@ def delete_workload(
 @router.post("/workloads/{name}/suspend", response_model=WorkloadOut)
 def suspend(name: str, current: User, store: StoreDep, background: BackgroundDep) -> WorkloadOut:
     managed_workload(store, current, name)
-    decided = time.time()
-    suspended = store.suspend(name, current.name)
-    background.release(suspended, f"suspended by {current.name}", decided)
+    suspended, releases = store.suspend(name, current.name)
+    background.released([suspended], releases)
     background.loop.trigger()
     return workload_out(store.get_workload(name))
 

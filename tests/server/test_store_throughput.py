@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
@@ -289,6 +289,24 @@ def test_a_remembered_token_follows_changes_to_its_user(store: Store) -> None:
     after = store.authenticate(token)
     assert after is not None and after.project is None
     assert store.authenticate(token + "x") is None
+
+
+def test_reads_on_postgresql_take_no_transaction(store: Store) -> None:
+    """A read's statements each see what was committed when they began, as they would
+    within a transaction of PostgreSQL's default isolation, without the BEGIN and the
+    ROLLBACK round trips around them; a write is one transaction, as before."""
+    if store.sqlite:
+        pytest.skip("SQLite's driver begins no transaction for a read in any case")
+    # now() is when the transaction began: when the statement began, outside one.
+    same = text("SELECT now() = statement_timestamp()")
+    with store.read() as session:
+        session.execute(text("SELECT 1"))
+        time.sleep(0.01)
+        assert session.execute(same).scalar() is True
+    with store.write(relevant=False) as session:
+        session.execute(text("SELECT 1"))
+        time.sleep(0.01)
+        assert session.execute(same).scalar() is False
 
 
 def test_counts_agree_with_the_records(store: Store) -> None:

@@ -114,6 +114,8 @@ def _confine(body: Any) -> None:
 
 # The id of the admin's first token, which every fuzzing request is sent with.
 OWN_TOKEN_ID = 1
+# Seconds the schema may take to arrive.
+SCHEMA_SECONDS = 120
 # Seconds a fuzzing request may wait for a workload (GET /workloads/NAME?until=...).
 WAIT = 0.05
 
@@ -210,8 +212,12 @@ def _schema(server: Any, counter: str, **config: Any) -> Any:
         "cache": {"enabled": False},
         **config,
     }
+    # The server makes its schema on the first request for it: seconds of CPU, and more
+    # than schemathesis's 10 s when a CI run starts dozens of servers at once (seen).
     schema = schemathesis.openapi.from_url(
-        f"{server.api}/openapi.json", config=schemathesis.Config.from_dict(settings)
+        f"{server.api}/openapi.json",
+        config=schemathesis.Config.from_dict(settings),
+        timeout=SCHEMA_SECONDS,
     )
     return schema
 

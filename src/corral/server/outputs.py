@@ -5,29 +5,25 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import orjson
+from starlette.responses import Response
+
 from corral.model import Decisions, Queue
 from corral.model.durations import lost_work_phrase
 from corral.model.usage import DecaySetting
 from corral.server.rules import rules_out
 from corral.server.schemas import (
     Amounts,
-    ArrayOut,
     DeviceOut,
-    LostWorkOut,
     NodeOut,
-    PlacementOut,
-    PortOut,
     QueueOut,
     QueuePoolOut,
-    TaskGroupOut,
     TaskOnNodeOut,
-    TopologyOut,
     WeightsOut,
     WorkloadOut,
 )
 from corral.server.weights import weight_reason
 from corral.store import NodeRecord, QueueRecord, WorkloadRecord
-from corral.store.records import LostWork
 from corral.store.rules import RuleSet
 
 
@@ -91,65 +87,103 @@ def _pools_out(queue: Queue, last: Decisions | None) -> dict[str, QueuePoolOut]:
     return result
 
 
+def workload_fields(record: WorkloadRecord) -> dict[str, Any]:
+    """A workload as plain data in the shape of `WorkloadOut`, field for field and in its
+    order: its spec, where it stands, and where its tasks are placed. The one place a
+    workload's answer is made: `workload_out` validates it into the model, and the busy
+    handlers (submitting, reading, listing) send it as JSON at once (`json_answer`),
+    without a model per workload and per task group, which cost a batch of a thousand
+    more than writing it to the store."""
+    spec = record.spec
+    topology = spec.topology
+    array = spec.array
+    lost = record.lost_work
+    return {
+        "name": spec.name,
+        "project": spec.project,
+        "user": spec.user,
+        "status": record.status,
+        "reason": record.reason,
+        "priority": spec.priority,
+        "preemptible": spec.preemptible,
+        "tasks": [
+            {
+                "name": group.name,
+                "replicas": group.replicas,
+                "gpu": float(group.gpu),
+                "gpu_memory": group.gpu_memory,
+                "cpu": float(group.cpu),
+                "memory": group.memory,
+            }
+            for group in spec.task_groups
+        ],
+        "min_available": spec.min_available,
+        "node_selector": {key: list(values) for key, values in spec.node_selector.items()},
+        "node_pools": list(spec.node_pools),
+        "topology": {"key": topology.key, "required": topology.required} if topology else None,
+        "command": list(spec.command),
+        "env": dict(spec.env),
+        "secrets": dict(spec.secrets),
+        "workdir": spec.workdir,
+        "max_runtime": _seconds(spec.max_runtime),
+        "backoff_limit": spec.backoff_limit,
+        "grace_period": float(spec.grace_period),
+        "attempts": record.attempts,
+        "created_at": float(record.created_at),
+        "started_at": _seconds(record.started_at),
+        "pending_since": _seconds(record.waiting_since) if record.status == "pending" else None,
+        "finished_at": _seconds(record.finished_at),
+        "placements": [
+            {
+                "task": placement.task,
+                "node": placement.node,
+                "devices": list(placement.devices),
+                "gpu": float(placement.gpu),
+            }
+            for placement in record.placements
+        ],
+        "exit_code": record.exit_code,
+        "cancelled_by": record.cancelled_by,
+        "array": (
+            {"name": array.name, "index": array.index, "limit": array.limit} if array else None
+        ),
+        "after": [str(dependency) for dependency in spec.after],
+        "kill_on_invalid_dep": spec.kill_on_invalid_dep,
+        "ports": [{"name": port.name, "base_url": port.base_url} for port in spec.ports],
+        "checkpoint_at": _seconds(record.checkpoint_at),
+        "lost_work": (
+            None
+            if lost is None
+            else {
+                "at": float(lost.at),
+                "gpu_seconds": float(lost.gpu_seconds),
+                "since": float(lost.since),
+                "from_checkpoint": lost.from_checkpoint,
+                "summary": lost_work_phrase(
+                    lost.gpu_seconds, lost.at - lost.since, lost.from_checkpoint
+                ),
+            }
+        ),
+    }
+
+
+def _seconds(value: float | None) -> float | None:
+    # A float field is written as one (1.0, not 1), as the model writes it.
+    return None if value is None else float(value)
+
+
 def workload_out(record: WorkloadRecord) -> WorkloadOut:
     """A workload: its spec, where it stands, and where its tasks are placed."""
-    spec = record.spec
-    return WorkloadOut(
-        name=spec.name,
-        project=spec.project,
-        user=spec.user,
-        status=record.status,  # type: ignore[arg-type]
-        reason=record.reason,
-        priority=spec.priority,
-        preemptible=spec.preemptible,
-        tasks=[TaskGroupOut(**vars_of(group)) for group in spec.task_groups],
-        min_available=spec.min_available,
-        node_selector={key: list(values) for key, values in spec.node_selector.items()},
-        node_pools=list(spec.node_pools),
-        topology=(
-            TopologyOut(key=spec.topology.key, required=spec.topology.required)
-            if spec.topology
-            else None
-        ),
-        command=list(spec.command),
-        env=dict(spec.env),
-        secrets=dict(spec.secrets),
-        workdir=spec.workdir,
-        max_runtime=spec.max_runtime,
-        backoff_limit=spec.backoff_limit,
-        grace_period=spec.grace_period,
-        ports=[PortOut(name=port.name, base_url=port.base_url) for port in spec.ports],
-        attempts=record.attempts,
-        created_at=record.created_at,
-        started_at=record.started_at,
-        pending_since=record.waiting_since if record.status == "pending" else None,
-        finished_at=record.finished_at,
-        placements=[PlacementOut.of(placement) for placement in record.placements],
-        exit_code=record.exit_code,
-        cancelled_by=record.cancelled_by,
-        array=(
-            ArrayOut(name=spec.array.name, index=spec.array.index, limit=spec.array.limit)
-            if spec.array
-            else None
-        ),
-        after=[str(dependency) for dependency in spec.after],
-        kill_on_invalid_dep=spec.kill_on_invalid_dep,
-        checkpoint_at=record.checkpoint_at,
-        lost_work=lost_work_out(record.lost_work),
-    )
+    return WorkloadOut.model_validate(workload_fields(record))
 
 
-def lost_work_out(lost: LostWork | None) -> LostWorkOut | None:
-    """What a preemption lost, with the sentence `corral describe` shows."""
-    if lost is None:
-        return None
-    return LostWorkOut(
-        at=lost.at,
-        gpu_seconds=lost.gpu_seconds,
-        since=lost.since,
-        from_checkpoint=lost.from_checkpoint,
-        summary=lost_work_phrase(lost.gpu_seconds, lost.at - lost.since, lost.from_checkpoint),
-    )
+def json_answer(
+    content: object, status_code: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    """A JSON answer of plain data (as `workload_fields` makes), written in one call. A
+    handler that returns it keeps its `response_model` for the API's documentation; FastAPI
+    sends a Response as it is."""
+    return Response(orjson.dumps(content), status_code, headers, media_type="application/json")
 
 
 def node_out(record: NodeRecord, readable: Collection[str] | None = None) -> NodeOut:

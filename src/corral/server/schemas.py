@@ -16,7 +16,6 @@ from corral.model import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_POOL,
     Node,
-    Placement,
     PoolQuota,
     Queue,
     Resources,
@@ -645,15 +644,6 @@ class PlacementOut(BaseModel):
     node: str
     devices: list[int]
     gpu: float
-
-    @classmethod
-    def of(cls, placement: Placement) -> PlacementOut:
-        return cls(
-            task=placement.task,
-            node=placement.node,
-            devices=list(placement.devices),
-            gpu=placement.gpu,
-        )
 
 
 class TopologyOut(BaseModel):

@@ -36,7 +36,7 @@ from corral.server.deps import (
 from corral.server.errors import ERRORS
 from corral.server.lifecycle import array_specs, check_after
 from corral.server.logs import read_log
-from corral.server.outputs import vars_of, workload_out
+from corral.server.outputs import json_answer, vars_of, workload_fields, workload_out
 from corral.server.routes import PrefixedRoute
 from corral.server.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
 from corral.server.watch import RECHECK_SECONDS
@@ -58,6 +58,8 @@ from corral.store.audit import AuditRecord
 from corral.store.idempotency import Idempotency, Replayed
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"], route_class=PrefixedRoute)
+# The header of an answer given again for a retried request (Idempotency-Key).
+REPLAYED = {"Idempotent-Replayed": "true"}
 # Draws of a server-made workload name before a clash is reported (each clashes with
 # odds of about n / 16.7 million for n workloads in the project).
 NAME_ATTEMPTS = 5
@@ -109,11 +111,11 @@ def list_workloads(
     status: Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")] = None,
     user: str | None = None,
     array: Annotated[str | None, Query(max_length=63, description="members of this array")] = None,
-) -> list[WorkloadOut]:
+) -> Response:
     """Workloads, oldest first, filtered by project, status, user or array; a member sees
     only the workloads of the projects they belong to."""
     found = store.list_workloads(project, status, user, readable_projects(current), array)
-    return [workload_out(r) for r in found]
+    return json_answer([workload_fields(r) for r in found])
 
 
 @router.post("/workloads", response_model=WorkloadOut, status_code=201)
@@ -121,9 +123,8 @@ async def submit(
     body: WorkloadIn,
     current: User,
     request: Request,
-    response: Response,
     idempotency_key: IdempotencyKey = None,
-) -> WorkloadOut:
+) -> Response:
     # Async, unlike the other handlers: the writer thread commits submissions in
     # batches (corral.server.submissions) and wakes the scheduler. The checks that need
     # the store run in a worker thread, and only when the answer is not in memory.
@@ -136,6 +137,7 @@ async def submit(
     key = idempotency(idempotency_key, current.name, body)
     if spec.after:
         await run_in_threadpool(check_after, store, current, [replace(spec, name="-")])
+    headers = None
     try:
         if body.array is not None:
             record = await run_in_threadpool(submit_array, store, body, current.name, key)
@@ -155,9 +157,9 @@ async def submit(
             raise NotFound(
                 f"the workload of Idempotency-Key {replay.key.key!r} was deleted"
             ) from None
-        response.headers["Idempotent-Replayed"] = "true"
+        headers = REPLAYED
         record = found[0]
-    return workload_out(record)
+    return json_answer(workload_fields(record), 201, headers)
 
 
 def submit_array(
@@ -199,10 +201,9 @@ def submit_batch(
     current: User,
     store: StoreDep,
     loop: LoopDep,
-    response: Response,
     background: BackgroundDep,
     idempotency_key: IdempotencyKey = None,
-) -> list[WorkloadOut]:
+) -> Response:
     """Submit several workloads in one transaction: all are stored, or none (the
     first that fails a check is named by its place, `workloads[i]`). With an
     Idempotency-Key, a retry gives the first answer again."""
@@ -228,15 +229,15 @@ def submit_batch(
             records = store.submit_all(specs, key)
             break
         except Replayed as replay:
-            response.headers["Idempotent-Replayed"] = "true"
-            return [workload_out(record) for record in replayed(store, replay)]
+            again = [workload_fields(record) for record in replayed(store, replay)]
+            return json_answer(again, 201, REPLAYED)
         except Conflict as clash:
             # A clash of names the client chose is final; of names drawn here, draw again.
             chosen = [item.name for item in body.workloads if item.name]
             if attempt == NAME_ATTEMPTS - 1 or any(repr(n) in str(clash) for n in chosen):
                 raise
     loop.trigger()
-    return [workload_out(record) for record in records]
+    return json_answer([workload_fields(record) for record in records], 201)
 
 
 # The longest a request may wait for a workload (`until`), in seconds.
@@ -266,7 +267,7 @@ async def get_workload(
             description=f"seconds to wait for `until` at most (default {DEFAULT_WAIT:g})",
         ),
     ] = None,
-) -> WorkloadOut:
+) -> Response:
     """A workload; with `until`, as soon as it reaches that status (a client waiting for
     its submission to start asks `until=running` rather than polling)."""
     # The busiest read. Async: FastAPI checks what a plain function returns in a worker
@@ -276,7 +277,9 @@ async def get_workload(
     if until is None:
         if wait is not None:
             raise Invalid("wait", "give `until` too: the status to wait for")
-        return workload_out(await run_in_threadpool(visible_workload, store, current, name))
+        return json_answer(
+            workload_fields(await run_in_threadpool(visible_workload, store, current, name))
+        )
     deadline = time.monotonic() + (DEFAULT_WAIT if wait is None else wait)
     with background.changes.watching(name, current.name) as changed:
         while True:
@@ -287,7 +290,7 @@ async def get_workload(
             left = deadline - time.monotonic()
             done = record.status == until or record.status in FINISHED or left <= 0
             if done or changed is None:
-                return workload_out(record)
+                return json_answer(workload_fields(record))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(left, RECHECK_SECONDS))
 

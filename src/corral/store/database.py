@@ -16,6 +16,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,7 +36,7 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.store.schema import ChangeRow
@@ -55,6 +56,12 @@ _FORGET_EVERY = 64
 ANALYZE_GROWTH = 0.2
 ANALYZE_ROWS = 1000
 _GROWN = ("workloads", "task_groups")
+# On PostgreSQL a pooled connection is tested (one round trip) before it is used only when
+# it sat in the pool longer than this: a server restarted meanwhile, or a connection an
+# idle timeout closed, is then found and replaced before a request meets it. Testing
+# every check-out (SQLAlchemy's pool_pre_ping) cost a scheduling cycle five round trips,
+# over a millisecond; a connection back in use within a second was alive a moment ago.
+PING_AFTER_SECONDS = 1.0
 # The PostgreSQL advisory lock that is the write lock across processes (any number that
 # no other user of corral's database takes).
 _ADVISORY_KEY = 0x636F7272616C  # "corral"
@@ -91,13 +98,14 @@ class Database:
         self.sqlite = url.startswith("sqlite")
         self.engine: Engine = create_engine(
             url,
-            pool_pre_ping=not self.sqlite,
             json_serializer=json_text,
             json_deserializer=orjson.loads,
             **({"connect_args": {"check_same_thread": False}} if self.sqlite else {}),
         )
         if self.sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
+        else:
+            _ping_when_idle(self.engine)
         # Session events (see corral.store.usage) are installed on this factory, so that
         # they apply to this database's sessions only.
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -286,6 +294,28 @@ def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.close()
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Test a pooled connection before use when it was idle for `PING_AFTER_SECONDS`; one
+    that fails is thrown away and the pool hands out another (SQLAlchemy's documented
+    use of DisconnectionError in a checkout event). A new connection is not tested."""
+    dialect = engine.dialect
+
+    def checked_in(_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    def checked_out(connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("idle_since", None)
+        if since is None or time.monotonic() - since < PING_AFTER_SECONDS:
+            return
+        try:
+            dialect.do_ping(connection)
+        except Exception as error:
+            raise DisconnectionError(f"a pooled connection did not answer: {error}") from error
+
+    event.listen(engine, "checkin", checked_in)
+    event.listen(engine, "checkout", checked_out)
 
 
 def _newest(connection: Connection) -> int:

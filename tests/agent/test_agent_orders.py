@@ -28,6 +28,7 @@ from corral.server.scheduler import SchedulerLoop
 from corral.store import Store
 from corral.store.records import Release
 from corral.store.reports import Beat, Ended, Started
+from corral.store.rules import enforce_rules, set_rules
 
 
 def spec(name: str, replicas: int, gpu: float, **more: Any) -> WorkloadSpec:
@@ -210,6 +211,21 @@ def test_what_the_store_releases_carries_the_time_before_the_release(store: Stor
         if done == "suspended":
             store.resume("d", "test")
             loop.run_cycle()
+    # Stopped by a rule (the project's maximum runtime for its training work): the same.
+    set_rules(store, "team", {"train": {"max_runtime": "1m"}})
+    store.submit(spec("r", 2, 2.0))
+    loop.run_cycle()
+    placed = store.get_workload("r").placements
+    before = time.time()
+    (enforced,) = [e for e in enforce_rules(store, time.time() + 3600) if e.record.name == "r"]
+    after = time.time()
+    assert sorted((r.node, r.tasks) for r in enforced.releases) == sorted(
+        (p.node, (p.task,)) for p in placed
+    )
+    assert len(enforced.releases) == 2 and {r.workload for r in enforced.releases} == {"r"}
+    assert {r.reason for r in enforced.releases} == {enforced.reason}
+    (decided,) = {r.decided_at for r in enforced.releases}
+    assert decided is not None and before <= decided <= after
     # And nothing of it once the store has taken the reports in: a write that stops
     # nothing says no time.
     assert store.write_reports([Beat("n0")]).decided_at is None

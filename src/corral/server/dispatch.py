@@ -16,12 +16,12 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from corral.cluster import Cluster
 from corral.messages import TaskLaunch, TaskStop
-from corral.model import DEFAULT_GRACE_PERIOD, Placement
+from corral.model import DEFAULT_GRACE_PERIOD
 from corral.model.telemetry import Sample
 from corral.server.accounts import unix_users
 from corral.server.reports import ReportWriter
@@ -31,19 +31,6 @@ from corral.store.reports import Beat, Checkpointed, Ended, Outcome, Started
 from corral.store.telemetry import record_samples
 
 log = logging.getLogger("corral.dispatch")
-
-
-def releases_of(
-    workload: str, placements: Sequence[Placement], why: str, decided_at: float | None
-) -> list[Release]:
-    """The releases that stop all of a workload's placed tasks, one per node, by node name;
-    `decided_at`: the time before the change that took them off their nodes."""
-    return [
-        Release(
-            workload, node, tuple(p.task for p in placements if p.node == node), why, decided_at
-        )
-        for node in sorted({p.node for p in placements})
-    ]
 
 
 Rendezvous = Callable[[str, int, str], tuple[str, int]]

@@ -17,7 +17,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.model.durations import parse_duration
-from corral.server.dispatch import releases_of
 from corral.server.metrics import SchedulerMetrics
 from corral.store import Store
 from corral.store.records import Release
@@ -138,15 +137,11 @@ class Upkeep:
                     result.raw_deleted,
                     result.minutes_deleted,
                 )
-        # Before the rules change the store (see corral.messages).
-        decided = time.time()
         enforced = enforce_rules(self.store, now)
         for item in enforced:
             log.info("%s %s: %s", item.rule.field, item.record.name, item.reason)
             self.metrics.rule_applied(item.rule.field)
-            self.release(
-                releases_of(item.record.name, item.record.placements, item.reason, decided)
-            )
+            self.release(item.releases)
         if enforced:
             self.wake()
 

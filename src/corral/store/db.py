@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -294,7 +293,7 @@ class Store(Database):
         with self.write() as session:
             decided = time.time()
             record, stopped = lifecycle.delete_workload(session, name, cause)
-            return record, stamped(stopped, decided)
+            return record, tasks.stamped(stopped, decided)
 
     def suspend(self, name: str, cause: str) -> tuple[WorkloadRecord, list[Release]]:
         """Take a workload out of scheduling; a running one gives its devices back.
@@ -302,7 +301,7 @@ class Store(Database):
         with self.write() as session:
             decided = time.time()
             record, stopped = lifecycle.suspend(session, name, cause)
-            return record, stamped(stopped, decided)
+            return record, tasks.stamped(stopped, decided)
 
     def resume(self, name: str, cause: str) -> WorkloadRecord:
         """Send a suspended workload back to pending."""
@@ -315,7 +314,7 @@ class Store(Database):
         with self.write() as session:
             decided = time.time()
             cancelled, stopped = lifecycle.cancel(session, name, cause)
-            return cancelled, stamped(stopped, decided)
+            return cancelled, tasks.stamped(stopped, decided)
 
     def update_workload(self, name: str, changes: dict[str, Any], cause: str) -> WorkloadRecord:
         """Change fields of a pending or suspended workload; see `lifecycle.MUTABLE`."""
@@ -402,7 +401,7 @@ class Store(Database):
         Returns the evicted tasks, whose processes must now be stopped."""
         with self.write() as session:
             decided = time.time()
-            return stamped(scheduling.apply(session, decisions), decided)
+            return tasks.stamped(scheduling.apply(session, decisions), decided)
 
     # -- tasks and agents ----------------------------------------------------------------
 
@@ -464,7 +463,7 @@ class Store(Database):
         with self.write(touched=(workload,)) as session:
             decided = time.time()
             stopped = tasks.task_ended(session, workload, task, exit_code, reason, attempt, launch)
-            return stamped(stopped, decided)
+            return tasks.stamped(stopped, decided)
 
     def write_reports(self, batch: Sequence[reports.Report]) -> reports.Outcome:
         """Take in agents' reports, in order, in one transaction: each as `task_started`,
@@ -475,7 +474,7 @@ class Store(Database):
             outcome = reports.write_reports(session, batch)
             if outcome.releases or outcome.unbound:
                 outcome.decided_at = decided
-                outcome.releases = stamped(outcome.releases, decided)
+                outcome.releases = tasks.stamped(outcome.releases, decided)
             if outcome.revived:
                 self.bump(session)
             elif outcome.ended:
@@ -660,9 +659,3 @@ class Store(Database):
         """Everything that contradicts the store's invariants (empty when it is sound)."""
         with self.read() as session:
             return summaries.integrity_problems(session)
-
-
-def stamped(releases: list[Release], decided_at: float) -> list[Release]:
-    """`releases` marked as decided at `decided_at`: the time the transaction that
-    released them began, before it read anything (see corral.messages)."""
-    return [replace(release, decided_at=decided_at) for release in releases]

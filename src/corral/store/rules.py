@@ -30,8 +30,9 @@ from corral.store.database import Database
 from corral.store.errors import Invalid
 from corral.store.events import add_event
 from corral.store.queues import queue_row
-from corral.store.records import WorkloadRecord
+from corral.store.records import Release, WorkloadRecord
 from corral.store.schema import QueueRow, WorkloadRow
+from corral.store.tasks import releases, stamped
 from corral.store.telemetry import FRESH, idle_since
 from corral.store.telemetry_schema import AllocationRow
 
@@ -144,6 +145,8 @@ class Enforced:
     record: WorkloadRecord
     rule: Rule
     reason: str
+    # Its tasks to stop, stamped with the time the transaction that stopped them began.
+    releases: list[Release]
 
 
 def enforce_rules(store: Database, now: float | None = None) -> list[Enforced]:
@@ -156,6 +159,7 @@ def enforce_rules(store: Database, now: float | None = None) -> list[Enforced]:
         if not any(session.scalars(select(QueueRow.rules)).all()):
             return done
     with store.write() as session:
+        decided = time.time()
         queue_rows = session.scalars(select(QueueRow)).all()
         names = {row.id: row.name for row in queue_rows}
         queues = {
@@ -197,7 +201,7 @@ def enforce_rules(store: Database, now: float | None = None) -> list[Enforced]:
                     f"{format_duration(longest.seconds)} (rule of queue {longest.queue} for "
                     f"{longest.workload_class} work)"
                 )
-                done.append(Enforced(workload_record(row, project), longest, reason))
+                done.append(_enforced(row, project, longest, reason, decided))
                 _stop(session, row, "failed", "max-runtime", reason, now)
                 continue
             since = quiet.get(row.name)
@@ -209,9 +213,15 @@ def enforce_rules(store: Database, now: float | None = None) -> list[Enforced]:
                     f"GPUs idle for {format_duration(idle.seconds)} (rule of queue "
                     f"{idle.queue} for {idle.workload_class} work)"
                 )
-                done.append(Enforced(workload_record(row, project), idle, reason))
+                done.append(_enforced(row, project, idle, reason, decided))
                 _stop(session, row, "suspended", "idle-timeout", reason, now)
     return done
+
+
+def _enforced(row: WorkloadRow, project: str, rule: Rule, reason: str, decided: float) -> Enforced:
+    """What `rule` does to `row`, taken before its placements go."""
+    stopping = releases(row, {placement.task for placement in row.placements}, reason)
+    return Enforced(workload_record(row, project), rule, reason, stamped(stopping, decided))
 
 
 def _stop(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Row, Select, select
@@ -247,3 +248,9 @@ def releases(row: WorkloadRow, tasks: set[int], reason: str) -> list[Release]:
         Release(row.name, node, tuple(sorted(numbers)), reason)
         for node, numbers in sorted(by_node.items())
     ]
+
+
+def stamped(releases: list[Release], decided_at: float) -> list[Release]:
+    """`releases` marked as decided at `decided_at`: the time the transaction that
+    released them began, before it read anything (see corral.messages)."""
+    return [replace(release, decided_at=decided_at) for release in releases]

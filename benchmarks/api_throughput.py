@@ -42,8 +42,10 @@ With --json the last line is one JSON object, per backend: `submits_per_second_1
 and, where /proc tells a process's CPU time (Linux), `server_cpu_ms_per_submission` (16
 clients), `server_cpu_us_per_batch_workload` and `server_cpu_ms_per_read`: the CPU time of
 the server process and of its scheduler's (a child process) from a burst's first request
-to its last answer (binding meanwhile included), per workload or read. On a machine
-shared with other work the rates move with its load; the CPU time much less.
+to its last answer (binding meanwhile included), per workload or read; and the same of
+the server process alone (the API and its submission writer, one interpreter), as
+`api_cpu_ms_per_submission`, `api_cpu_us_per_batch_workload` and `api_cpu_ms_per_read`.
+On a machine shared with other work the rates move with its load; the CPU time much less.
 """
 
 from __future__ import annotations
@@ -98,22 +100,23 @@ class Server:
             timeout=60,
         )
 
-    def cpu_seconds(self) -> float | None:
-        """The CPU time so far (user and system) of the server process and of the
+    def cpu_seconds(self) -> Cpu | None:
+        """The CPU time so far (user and system) of the server process, and of the
         processes it started (its scheduler's), or None without /proc."""
         try:
             stat = Path(f"/proc/{self.process.pid}/stat").read_text()
         except OSError:
             return None
-        ticks = _ticks(stat)
+        children = 0
         for path in Path("/proc").glob("[0-9]*/stat"):
             try:
                 child = path.read_text()
             except OSError:
                 continue  # ended meanwhile
             if int(child.rsplit(")", 1)[1].split()[1]) == self.process.pid:
-                ticks += _ticks(child)
-        return ticks / os.sysconf("SC_CLK_TCK")
+                children += _ticks(child)
+        tick = os.sysconf("SC_CLK_TCK")
+        return _ticks(stat) / tick, children / tick
 
 
 def _ticks(stat: str) -> int:
@@ -283,13 +286,18 @@ def running_count(client: httpx.Client) -> int:
     return count
 
 
-Burst = tuple[float, float, float | None]
+# CPU seconds of the server process (the API, its submission writer) and of its children
+# (the scheduler).
+Cpu = tuple[float, float]
+Burst = tuple[float, float, Cpu | None]
 
 
-def per_item(server: Server, cpu_before: float | None, count: int) -> float | None:
-    """The server's CPU seconds per item since `cpu_before`."""
+def per_item(server: Server, cpu_before: Cpu | None, count: int) -> Cpu | None:
+    """The server's and its children's CPU seconds per item since `cpu_before`."""
     cpu = server.cpu_seconds()
-    return None if cpu is None or cpu_before is None else (cpu - cpu_before) / count
+    if cpu is None or cpu_before is None:
+        return None
+    return (cpu[0] - cpu_before[0]) / count, (cpu[1] - cpu_before[1]) / count
 
 
 def concurrently(
@@ -298,7 +306,7 @@ def concurrently(
     clients: int,
     request: Callable[[Connection], tuple[int, bytes]],
     expected: int,
-) -> tuple[float, float, float | None]:
+) -> tuple[float, float, Cpu | None]:
     """`count` requests from `clients` threads, each with its own connection, each to be
     answered `expected`. Returns when the first was sent (perf_counter), the seconds until
     the last answer, and the server's CPU seconds per request meanwhile (None without
@@ -348,7 +356,7 @@ def submit_burst(server: Server, count: int, clients: int) -> Burst:
     return count / submitted, count / (wait_bound(server, before + count) - start), cpu
 
 
-def read_burst(server: Server, count: int, clients: int) -> tuple[float, float | None]:
+def read_burst(server: Server, count: int, clients: int) -> tuple[float, Cpu | None]:
     """GET `count` workloads, the first ones submitted to this server (w-0 on, at most
     500 of them), one at a time from each of `clients` threads. Returns reads per second
     and the server's CPU seconds per read (None without /proc)."""
@@ -424,9 +432,13 @@ def run_backend(
             reads, read_cpu = read_burst(server, count, clients)
             progress(f"{backend}: {clients} clients {reads:.0f} reads/s")
             if many_cpu is not None and batch_cpu is not None and read_cpu is not None:
-                figures["server_cpu_ms_per_submission"] = 1000 * many_cpu
-                figures["server_cpu_us_per_batch_workload"] = 1_000_000 * batch_cpu
-                figures["server_cpu_ms_per_read"] = 1000 * read_cpu
+                figures["server_cpu_ms_per_submission"] = 1000 * sum(many_cpu)
+                figures["server_cpu_us_per_batch_workload"] = 1_000_000 * sum(batch_cpu)
+                figures["server_cpu_ms_per_read"] = 1000 * sum(read_cpu)
+                # The server process's own share (the rest is its scheduler's).
+                figures["api_cpu_ms_per_submission"] = 1000 * many_cpu[0]
+                figures["api_cpu_us_per_batch_workload"] = 1_000_000 * batch_cpu[0]
+                figures["api_cpu_ms_per_read"] = 1000 * read_cpu[0]
             with server.client() as client:
                 cycle = expect(client.get("/cluster"), 200)["last_cycle_seconds"]
             figures.update(
@@ -482,12 +494,16 @@ def table(results: dict[str, dict[str, float]], clients: int) -> list[str]:
         cycle = f"{1000 * figures['cycle_seconds']:.1f} ms"
         lines.append(f"{backend:<11}{'last cycle, all work in the store':<36}{cycle:>12}")
         if "server_cpu_ms_per_submission" in figures:
-            cpu = f"{figures['server_cpu_ms_per_submission']:.3f} ms"
-            lines.append(f"{backend:<11}{f'server CPU/submission, {clients} clients':<36}{cpu:>12}")
-            cpu = f"{figures['server_cpu_us_per_batch_workload']:.1f} us"
-            lines.append(f"{backend:<11}{'server CPU/workload, batch endpoint':<36}{cpu:>12}")
-            cpu = f"{figures['server_cpu_ms_per_read']:.3f} ms"
-            lines.append(f"{backend:<11}{f'server CPU/read, {clients} clients':<36}{cpu:>12}")
+            for label, key, unit in (
+                (f"CPU/submission, {clients} clients", "cpu_ms_per_submission", "ms"),
+                ("CPU/workload, batch endpoint", "cpu_us_per_batch_workload", "us"),
+                (f"CPU/read, {clients} clients", "cpu_ms_per_read", "ms"),
+            ):
+                places = 3 if unit == "ms" else 1
+                cpu = f"{figures[f'server_{key}']:.{places}f} {unit}"
+                lines.append(f"{backend:<11}{f'server {label}':<36}{cpu:>12}")
+                cpu = f"{figures[f'api_{key}']:.{places}f} {unit}"
+                lines.append(f"{backend:<11}{'  of it, the API process':<36}{cpu:>12}")
         nodes = f"{figures['nodes']:.0f} x 8 GPUs"
         lines.append(f"{backend:<11}{'nodes':<36}{nodes:>12}")
     return lines

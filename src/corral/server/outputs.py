@@ -92,8 +92,8 @@ def workload_fields(record: WorkloadRecord) -> dict[str, Any]:
     order: its spec, where it stands, and where its tasks are placed. The one place a
     workload's answer is made: `workload_out` validates it into the model, and the busy
     handlers (submitting, reading, listing) send it as JSON at once (`json_answer`),
-    without a model per workload and per task group, which cost a batch of a thousand
-    more than writing it to the store."""
+    without a model per workload and per task group (which cost a batch's workload about
+    as much as writing it to the store: 39 us, now 7)."""
     spec = record.spec
     topology = spec.topology
     array = spec.array

@@ -157,3 +157,63 @@ def test_fine_series_spread_each_sample_over_the_steps_it_stands_for(store: Stor
     points = series(store, T, T + 10 * MINUTE, 30, now=NOW)[None]
     assert len(points) == 20
     assert {(p.allocated, p.used) for p in points} == {(3.0, 1.25)}
+
+
+def held_past_their_intervals(store: Store) -> None:
+    """Tasks whose samples reach past what they were allocated.
+
+    - grace (1 GPU on n3): allocated from T + 30 s to T + 10 m 20 s (590 s); sampled every
+      minute from T to T + 12 m at 0%, as a task started before its bind was written and
+      checkpointing for two minutes after its release would be. Idle 590 s, not 720.
+    - moved (task 0, 1 GPU): on n1 from T to T + 5 m, then on n2 from T + 6 m to T + 10 m;
+      n1 kept sampling it at 100% until T + 7 m, and n2 from T + 6 m on. Used 5 m on n1
+      and 4 m on n2: 540 s, not 660 (n1's last two minutes are within n2's interval, but
+      not its node's).
+    """
+    for name, node, start, end in (
+        ("grace", "n3", T + 30, T + 10 * MINUTE + 20),
+        ("moved", "n1", T, T + 5 * MINUTE),
+        ("moved", "n2", T + 6 * MINUTE, T + 10 * MINUTE),
+    ):
+        record_allocation(
+            store, Allocation(name, 0, "vision", (), "alice", 50, node, (0,), 1.0, start, end)
+        )
+    samples = every_minute(T, 12, 0, workload="grace", node="n3")
+    samples += every_minute(T, 7, 100, workload="moved", node="n1")
+    samples += every_minute(T + 6 * MINUTE, 4, 100, workload="moved", node="n2")
+    record_samples(store, samples)
+
+
+@pytest.mark.parametrize("rolled_up", ["raw", "minutes", "hours"])
+def test_only_the_time_a_task_held_its_devices_counts(store: Store, rolled_up: str) -> None:
+    held_past_their_intervals(store)
+    if rolled_up == "minutes":
+        catch_up(store, T + HOUR)
+    elif rolled_up == "hours":
+        catch_up(store, T + 31 * DAY)
+    assert table(usage(store, T, T + HOUR, "workload", now=NOW)) == {
+        "grace": (590 / 3600, 0.0, 590 / 3600),
+        "moved": (540 / 3600, 540 / 3600, 0.0),
+    }
+    if rolled_up == "raw":
+        # A period that cuts the intervals clips the samples with them.
+        assert table(usage(store, T + 2 * MINUTE, T + 10 * MINUTE + 10, "workload", now=NOW)) == {
+            "grace": (490 / 3600, 0.0, 490 / 3600),
+            "moved": (420 / 3600, 420 / 3600, 0.0),
+        }
+
+
+def test_series_count_only_the_time_held(store: Store) -> None:
+    held_past_their_intervals(store)
+    # In steps of 2 minutes: moved holds 1 GPU but in [T + 5 m, T + 6 m), at 100% while
+    # held, which is what its samples say; grace's GPU is allocated and unused.
+    points = series(store, T, T + 12 * MINUTE, 2 * MINUTE, by="workload", now=NOW)
+    assert [(p.allocated, p.used) for p in points["moved"]] == [
+        (1.0, 1.0),
+        (1.0, 1.0),
+        (0.5, 0.5),
+        (1.0, 1.0),
+        (1.0, 1.0),
+        (0.0, 0.0),
+    ]
+    assert [p.used for p in points["grace"]] == [0.0] * 6

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, delete, func, insert, literal, select
+from sqlalchemy import and_, case, delete, func, insert, literal, or_, select
 from sqlalchemy.orm import Session
 
 from corral.model.telemetry import SOURCES, Sample
@@ -368,10 +368,17 @@ def gpu_seconds(
     """GPU-seconds used (share * utilisation * seconds) and idle (share * seconds where the
     utilisation was 0) by workload within [start, end), keyed by (bucket, workload).
 
+    Only the time a sample's task held its devices counts: the allocation intervals of the
+    same workload, task and node (see corral.store.usage). A task started after it was
+    bound and may run on past its release (a grace period to checkpoint, a stop order on
+    its way), and what it did then was nobody's allocation: a workload's used and idle
+    stay within the time it was allocated.
+
     With `step`, the bucket is the start of the step-long stretch from `start` that holds
     the time; without it, None. A raw sample stands for the `seconds` before its time and
     is spread over the steps of that stretch; a rollup row stands for its minute or hour
-    and goes whole to the step of its start. Rows that straddle `start` or `end` count in
+    and goes whole to the step of its start, counting at most for the time its task held
+    its devices within that minute or hour. Rows that straddle `start` or `end` count in
     proportion to their overlap."""
     totals: dict[tuple[float | None, str], GpuSeconds] = {}
 
@@ -392,22 +399,56 @@ def gpu_seconds(
 Adder = Callable[[float, str, float, float, float], None]
 
 
-def _sums(table: Table) -> tuple[Any, Any]:
-    used = func.sum(table.share * table.utilization * table.seconds) / 100.0
-    idle = func.sum(case((table.utilization == 0, table.share * table.seconds), else_=0.0))
-    return used, idle
+def _least(first: Any, second: Any) -> Any:
+    # Portable: SQLite's min() of two values is PostgreSQL's least().
+    return case((first < second, first), else_=second)
+
+
+def _greatest(first: Any, second: Any) -> Any:
+    return case((first > second, first), else_=second)
+
+
+def _held(table: Table, begin: Any, finish: Any, start: Any, end: Any) -> tuple[Any, Any, Any]:
+    """How a row standing for [begin, finish) meets its task's allocation intervals within
+    [start, end): the condition joining them, and the stretch [low, high) each shares."""
+    held = AllocationRow
+    joined = and_(
+        held.workload == table.workload,
+        held.task == table.task,
+        held.node == table.node,
+        held.start < finish,
+        held.start < end,
+        or_(held.end.is_(None), and_(held.end > begin, held.end > start)),
+    )
+    low = _greatest(_greatest(begin, held.start), start)
+    high = _least(_least(finish, func.coalesce(held.end, finish)), end)
+    return joined, low, high
 
 
 def _rollup_seconds(session: Session, span: Span, add: Adder) -> None:
     table = span.table
     when = _time_column(table)
     length = span.bucket
-    used, idle = _sums(table)
-    query = (
-        select(when, table.workload, used, idle)
+    joined, low, high = _held(table, when, when + length, when, when + length)
+    # Per row: the seconds its task held its devices within the row's minute or hour.
+    rows = (
+        select(
+            when.label("at"),
+            table.workload,
+            table.share,
+            table.utilization,
+            table.seconds,
+            func.sum(high - low).label("held"),
+        )
+        .join(AllocationRow, joined)
         .where(when >= floor_to(span.start, length), when < span.end, table.workload.is_not(None))
-        .group_by(when, table.workload)
+        .group_by(table.id, when, table.workload, table.share, table.utilization, table.seconds)
+        .subquery()
     )
+    counted = case((rows.c.held < rows.c.seconds, rows.c.held), else_=rows.c.seconds)
+    used = func.sum(rows.c.share * rows.c.utilization * counted) / 100.0
+    idle = func.sum(case((rows.c.utilization == 0, rows.c.share * counted), else_=0.0))
+    query = select(rows.c.at, rows.c.workload, used, idle).group_by(rows.c.at, rows.c.workload)
     for at, workload, used_seconds, idle_seconds in session.execute(query).all():
         weight = max(min(at + length, span.end) - max(at, span.start), 0.0) / length
         if weight > 0:
@@ -419,53 +460,40 @@ def _raw_seconds(
 ) -> None:
     raw = TelemetryRawRow
     # Samples whose minute was rolled up belong to the minute rows; the edges of the period
-    # asked for clip what each sample stands for.
+    # asked for clip what each sample stands for, and so do its task's allocations.
     owned = [raw.workload.is_not(None), raw.time > start, raw.time - raw.seconds < end]
     if span.start > start:
         owned.append(raw.minute >= span.start)
-    if step is not None:
-        # For a series, each sample is spread over the steps of the time it stands for
-        # (the samples a node takes at one moment are summed first).
-        rows = session.execute(
-            select(
-                raw.time,
-                raw.seconds,
-                raw.workload,
-                func.sum(raw.share * raw.utilization) / 100.0,
-                func.sum(case((raw.utilization == 0, raw.share), else_=0.0)),
-            )
+    joined, low, high = _held(raw, raw.time - raw.seconds, raw.time, literal(start), literal(end))
+    if step is None:
+        width = high - low
+        used = func.sum(raw.share * raw.utilization * width) / 100.0
+        idle = func.sum(case((raw.utilization == 0, raw.share * width), else_=0.0))
+        query = (
+            select(raw.workload, used, idle)
+            .join(AllocationRow, joined)
             .where(*owned)
-            .group_by(raw.time, raw.seconds, raw.workload)
-        ).all()
-        for at, seconds, workload, used_gpus, idle_gpus in rows:
-            begin, finish = max(at - seconds, start), min(at, end)
-            while begin < finish:
-                edge = min(start + (floor_to(begin - start, step) + step), finish)
-                width = edge - begin
-                add(begin, str(workload), float(used_gpus) * width, float(idle_gpus) * width, 1.0)
-                begin = edge
-        return
-    inside = and_(raw.time - raw.seconds >= start, raw.time <= end)
-    used, idle = _sums(raw)
-    query = (
-        select(raw.minute, raw.workload, used, idle)
-        .where(*owned, inside)
-        .group_by(raw.minute, raw.workload)
-    )
-    for at, workload, used_seconds, idle_seconds in session.execute(query).all():
-        add(at, workload, float(used_seconds or 0.0), float(idle_seconds or 0.0), 1.0)
-    for row in session.scalars(select(raw).where(*owned, ~inside)).all():
-        covered = min(row.time, end) - max(row.time - row.seconds, start)
-        if covered <= 0:
-            continue
-        gpu = row.share * row.seconds
-        add(
-            row.minute,
-            str(row.workload),
-            gpu * row.utilization / 100.0,
-            gpu if row.utilization == 0 else 0.0,
-            covered / row.seconds,
+            .group_by(raw.workload)
         )
+        for workload, used_seconds, idle_seconds in session.execute(query).all():
+            add(start, str(workload), float(used_seconds or 0.0), float(idle_seconds or 0.0), 1.0)
+        return
+    # For a series, each stretch held (summed over the devices sampled at one moment) is
+    # spread over the steps it covers.
+    used_gpus = func.sum(raw.share * raw.utilization) / 100.0
+    idle_gpus = func.sum(case((raw.utilization == 0, raw.share), else_=0.0))
+    query = (
+        select(low.label("low"), high.label("high"), raw.workload, used_gpus, idle_gpus)
+        .join(AllocationRow, joined)
+        .where(*owned)
+        .group_by(low, high, raw.workload)
+    )
+    for begin, finish, workload, used, idle in session.execute(query).all():
+        while begin < finish:
+            edge = min(start + (floor_to(begin - start, step) + step), finish)
+            width = edge - begin
+            add(begin, str(workload), float(used) * width, float(idle) * width, 1.0)
+            begin = edge
 
 
 # -- recent samples -----------------------------------------------------------------------------

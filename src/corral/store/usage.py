@@ -13,7 +13,10 @@ Definitions, over a period [since, until):
   one) times the seconds it held them within the period;
 - used: per sample or rollup row, share * utilisation / 100 * seconds;
 - idle: the share * seconds of rows (minutes, for rollups) whose utilisation was 0.
-Used and idle come from telemetry, so allocated time without samples counts as neither.
+Used and idle come from telemetry, so allocated time without samples counts as neither,
+and samples count only for the time their task held its devices: what a task did before
+its interval opened or after it closed (a grace period to checkpoint) was nobody's
+allocation (corral.store.telemetry.gpu_seconds).
 """
 
 from __future__ import annotations

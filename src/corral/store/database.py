@@ -55,6 +55,8 @@ _FORGET_EVERY = 64
 # since it last did, and by at least `ANALYZE_ROWS` workloads.
 ANALYZE_GROWTH = 0.2
 ANALYZE_ROWS = 1000
+# How long closing the store waits for a refresh under way.
+ANALYZE_WAIT_SECONDS = 30.0
 _GROWN = ("workloads", "task_groups")
 # On PostgreSQL a pooled connection is tested (one round trip) before it is used only when
 # it sat in the pool longer than this: a server restarted meanwhile, or a connection an
@@ -133,6 +135,7 @@ class Database:
         self._growth_lock = threading.Lock()
         self._grown = 0
         self._analyzed = 0.0
+        self._analyzer: threading.Thread | None = None
         if migrate:
             self.migrate()
 
@@ -149,7 +152,11 @@ class Database:
             command.upgrade(config, "head")
 
     def close(self) -> None:
-        """Close every pooled connection, and the write lock's."""
+        """Close every pooled connection, and the write lock's (after a refresh of the
+        planner's statistics under way, if any)."""
+        analyzer = self._analyzer
+        if analyzer is not None:
+            analyzer.join(timeout=ANALYZE_WAIT_SECONDS)
         self._across.close()
         self.engine.dispose()
 
@@ -243,16 +250,26 @@ class Database:
 
     def grew(self, workloads: int) -> None:
         """Count `workloads` new workloads committed (with their task groups). On
-        PostgreSQL, refresh the planner's statistics of their tables once they have grown
-        enough (`ANALYZE_GROWTH`). Call it outside the write lock: ANALYZE blocks no
-        writer, and should not make writers wait."""
+        PostgreSQL, once they have grown enough (`ANALYZE_GROWTH`), refresh the planner's
+        statistics of their tables on a thread of its own: ANALYZE blocks no writer, and
+        the caller (a batch's request, the submission writer with the answers of every
+        submission it wrote) does not wait for it either. Call it outside the write lock."""
         if self.sqlite or workloads <= 0:
             return
         with self._growth_lock:
             self._grown += workloads
-            if self._grown < max(ANALYZE_ROWS, ANALYZE_GROWTH * self._analyzed):
+            # One at a time: what grows meanwhile counts towards the next.
+            if self._analyzer is not None or self._grown < max(
+                ANALYZE_ROWS, ANALYZE_GROWTH * self._analyzed
+            ):
                 return
             self._grown = 0
+            self._analyzer = threading.Thread(
+                target=self._analyze, name="corral-analyze", daemon=True
+            )
+            self._analyzer.start()
+
+    def _analyze(self) -> None:
         # The workloads are committed: a failure here fails no submission, and the next
         # one tries again.
         try:
@@ -262,12 +279,14 @@ class Database:
                     text("SELECT reltuples FROM pg_class WHERE relname = 'workloads'")
                 ).scalar()
                 connection.commit()
+            self._analyzed = max(float(counted or 0.0), 0.0)
         except SQLAlchemyError as error:
             log.warning("could not refresh the planner's statistics: %s", error)
             with self._growth_lock:
                 self._grown += ANALYZE_ROWS
-            return
-        self._analyzed = max(float(counted or 0.0), 0.0)
+        finally:
+            with self._growth_lock:
+                self._analyzer = None
 
     @contextmanager
     def read(self) -> Iterator[Session]:

@@ -26,6 +26,7 @@ from corral.server.routers import workloads as workload_routes
 from corral.server.scheduler import SchedulerLoop
 from corral.store import Conflict, Invalid, Store
 from corral.store.schema import NodeRow
+from corral.store.usage import open_allocations
 
 
 def spec(name: str, project: str = "team", gpu: float = 1.0, **extra: Any) -> WorkloadSpec:
@@ -206,6 +207,54 @@ def test_the_kept_snapshot_follows_the_store(store: Store) -> None:
     assert loop.full_snapshots == 2
     running = {r.name for r in store.list_workloads(status="running")}
     assert running == {"w0", "w1", "w2", "w4", "w5", "w6"}
+
+
+def test_a_cycle_that_binds_new_work_reads_only_what_it_lacks(store: Store) -> None:
+    # What a cycle runs under a stream of submissions, statement by statement: the new
+    # workloads and their task groups (no placements: new work is pending), and for the
+    # bound ones what it writes with and the node ids; not the bound workloads or their
+    # nodes again for their allocation intervals. The write lock's own statements on
+    # PostgreSQL are left out.
+    loop = SchedulerLoop(prepared(store))
+    loop.verify = False  # the check of every kept snapshot against a full read
+    loop.run_cycle()
+    store.submit(spec("first"))
+    loop.run_cycle()
+    seen: list[str] = []
+
+    def statement(_c: Any, _cursor: Any, text: str, *_rest: Any) -> None:
+        words = text.split()
+        if "pg_advisory" not in text:
+            if "FROM" in words:
+                table = words[words.index("FROM") + 1]
+            else:  # UPDATE table, INSERT INTO table
+                table = words[1] if words[0] == "UPDATE" else words[2]
+            seen.append(f"{words[0]} {table}")
+
+    store.submit(spec("second"))
+    event.listen(store.engine, "before_cursor_execute", statement)
+    try:
+        loop.run_cycle()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", statement)
+    assert store.get_workload("second").status == "running"
+    assert seen == [
+        "SELECT workloads",  # held work waiting for dependencies: none
+        "SELECT changes",  # the generation
+        "SELECT workloads",  # the new workloads
+        "SELECT task_groups",
+        "SELECT changes",  # the generation again, under the write lock
+        "SELECT workloads",  # what the bindings are written with
+        "SELECT nodes",  # node ids by name
+        "INSERT placements",
+        "SELECT queues",  # the project's departments, for the allocation interval
+        "INSERT allocations",
+        "UPDATE workloads",
+        "INSERT events",
+        "INSERT changes",
+    ]
+    [interval] = [a for a in open_allocations(store) if a.workload == "second"]
+    assert (interval.project, interval.user, interval.node) == ("team", "alice", "n0")
 
 
 def test_a_change_the_generation_missed_fails_the_check(store: Store) -> None:

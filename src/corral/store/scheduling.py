@@ -99,7 +99,15 @@ _BY_ID = _Reads.of((_ACTIVE, _AFTER), (_ACTIVE, _AFTER, _UP_TO))
 _BY_NAME = _Reads.of((_ACTIVE, _NAMED, _UP_TO), (_ACTIVE, _NAMED, _UP_TO))
 # What `apply` writes with.
 _FOUND = select(
-    WorkloadRow.id, WorkloadRow.name, WorkloadRow.status, WorkloadRow.reason, WorkloadRow.launches
+    WorkloadRow.id,
+    WorkloadRow.name,
+    WorkloadRow.status,
+    WorkloadRow.reason,
+    WorkloadRow.launches,
+    # For the allocation intervals of those bound (`usage.insert_placements`).
+    WorkloadRow.user,
+    WorkloadRow.priority,
+    WorkloadRow.queue_id,
 ).where(_NAMED)
 _RUNNING_MEMBERS = (
     select(WorkloadRow.array_name, func.count())
@@ -231,7 +239,10 @@ def active_workloads(
     rows = _within_array_limits(connection, rows)
     span = {**given, "up_to": newest}
     groups = group_rows(fetch(reads.groups, span))
-    placed, started = _placements(fetch(reads.placements, span))
+    # A pending workload holds no devices (whatever makes one pending frees them): the
+    # workloads submitted since the last cycle, as a rule all pending, need no placements.
+    running = any(row.status != "pending" for row in rows)
+    placed, started = _placements(fetch(reads.placements, span)) if running else ({}, {})
     now = time.time()
     workloads = tuple(_workload(row, groups, placed, started, idle, now) for row in rows)
     return workloads, newest
@@ -346,9 +357,7 @@ def apply(session: Session, decisions: Decisions) -> list[Release]:
     # hundreds of workloads in one cycle.
     found = {row.name: row for row in read_in(session.connection(), _FOUND, "names", names)}
     if decisions.bindings:
-        _bind(
-            session, decisions, {name: (row.id, row.launches) for name, row in found.items()}, now
-        )
+        _bind(session, decisions, found, now)
     reasons = [
         {"workload_id": row.id, "reason": reason}
         for name, reason in decisions.pending.items()
@@ -360,9 +369,9 @@ def apply(session: Session, decisions: Decisions) -> list[Release]:
 
 
 def _bind(
-    session: Session, decisions: Decisions, rows: dict[str, tuple[int, int]], now: float
+    session: Session, decisions: Decisions, rows: dict[str, Row[*tuple[Any, ...]]], now: float
 ) -> None:
-    """Place the bound tasks (`rows`: workload name -> id and launches so far)."""
+    """Place the bound tasks (`rows`: workload name -> its `_FOUND` row)."""
     connection = session.connection()
     used = {p.node for placements in decisions.bindings.values() for p in placements}
     node_ids = dict(read_in(connection, _NODE_IDS, "names", used))
@@ -372,19 +381,24 @@ def _bind(
         connection,
         [
             (
-                rows[name][0],
+                rows[name].id,
                 placement.task,
                 node_ids[placement.node],
                 list(placement.devices),
                 placement.gpu,
                 now,
-                rows[name][1] + 1,
+                rows[name].launches + 1,
             )
             for name, placements in decisions.bindings.items()
             for placement in placements
         ],
+        {
+            row.id: (row.name, row.user, row.priority, row.queue_id)
+            for row in map(rows.__getitem__, decisions.bindings)
+        },
+        {node_id: name for name, node_id in node_ids.items()},
     )
-    for ids in chunks(rows[name][0] for name in decisions.bindings):
+    for ids in chunks(rows[name].id for name in decisions.bindings):
         connection.execute(_BOUND, {"ids": ids, "now": now})
     add_events(
         session,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -123,13 +123,22 @@ _PLACEMENTS = Rows(
 )
 
 
+# What an allocation interval takes from its workload's row: name, user, priority, queue id.
+BoundWorkload = tuple[str, str, int, int]
+
+
 def insert_placements(
-    connection: Connection, placements: Sequence[tuple[int, int, int, list[int], float, float, int]]
+    connection: Connection,
+    placements: Sequence[tuple[int, int, int, list[int], float, float, int]],
+    workloads: Mapping[int, BoundWorkload],
+    nodes: Mapping[int, str],
 ) -> None:
     """Write placements, each (workload id, task, node id, devices, gpu, created_at,
     launch), all at once, and open their allocation intervals with them: the bulk path of
     binding, which a cycle that binds hundreds of tasks takes instead of the ORM (whose
-    events it therefore stands in for)."""
+    events it therefore stands in for). `workloads` and `nodes`: what the caller read of
+    the placements' workloads (by id) and nodes' names (by id), so that they are not read
+    again."""
     if not placements:
         return
     ids = _PLACEMENTS.insert_ids(
@@ -147,6 +156,8 @@ def insert_placements(
                 ids, placements, strict=True
             )
         ],
+        workloads,
+        nodes,
     )
 
 
@@ -176,18 +187,25 @@ _ALLOCATIONS = Rows(
 )
 
 
-def _open_intervals(connection: Connection, bound: list[Bound]) -> None:
-    workloads = {
-        row[0]: row
-        for row in read_in(connection, _BOUND_WORKLOADS, "ids", {p.workload_id for p in bound})
-    }
+def _open_intervals(
+    connection: Connection,
+    bound: list[Bound],
+    workloads: Mapping[int, BoundWorkload] | None = None,
+    nodes: Mapping[int, str] | None = None,
+) -> None:
+    if workloads is None:
+        workloads = {
+            row[0]: tuple(row[1:])
+            for row in read_in(connection, _BOUND_WORKLOADS, "ids", {p.workload_id for p in bound})
+        }
+    if nodes is None:
+        nodes = dict(read_in(connection, _BOUND_NODES, "ids", {p.node_id for p in bound}))
     queues = {row.id: row for row in connection.execute(_QUEUES)}
-    nodes = dict(read_in(connection, _BOUND_NODES, "ids", {p.node_id for p in bound}))
     # A queue's project and departments (as JSON), worked out once per queue.
     paths: dict[int, tuple[str, str]] = {}
     rows = []
     for placement in bound:
-        _, name, user, priority, queue_id = workloads[placement.workload_id]
+        name, user, priority, queue_id = workloads[placement.workload_id]
         path = paths.get(queue_id)
         if path is None:
             names = _queue_path(queues, queue_id)

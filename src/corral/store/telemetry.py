@@ -445,7 +445,7 @@ def _rollup_seconds(session: Session, span: Span, add: Adder) -> None:
         .group_by(table.id, when, table.workload, table.share, table.utilization, table.seconds)
         .subquery()
     )
-    counted = case((rows.c.held < rows.c.seconds, rows.c.held), else_=rows.c.seconds)
+    counted = _least(rows.c.held, rows.c.seconds)
     used = func.sum(rows.c.share * rows.c.utilization * counted) / 100.0
     idle = func.sum(case((rows.c.utilization == 0, rows.c.share * counted), else_=0.0))
     query = select(rows.c.at, rows.c.workload, used, idle).group_by(rows.c.at, rows.c.workload)

@@ -11,6 +11,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -255,6 +256,56 @@ def test_a_cycle_that_binds_new_work_reads_only_what_it_lacks(store: Store) -> N
     ]
     [interval] = [a for a in open_allocations(store) if a.workload == "second"]
     assert (interval.project, interval.user, interval.node) == ("team", "alice", "n0")
+
+
+@pytest.fixture
+def postgresql_store(postgres: Callable[[], str]) -> Iterator[Store]:
+    url = postgres()
+    opened = Store("postgresql+psycopg://" + url.split("://", 1)[1])
+    yield opened
+    opened.close()
+
+
+def test_on_postgresql_the_statements_do_not_grow_with_the_work(postgresql_store: Store) -> None:
+    # A batch's submission and the cycle that binds it, for three workloads and for more
+    # than one IN list took (bulk.CHUNK): the same statements, word for word. Names and
+    # ids go as one array parameter, not a placeholder each, and new rows take their ids
+    # from the sequence, not from a search by name after they are written.
+    store = postgresql_store
+    store.create_queue(Queue("team", deserved=Resources(gpu=1280)))
+    for index in range(20):
+        store.register_node(node(f"n{index}", gpus=64))
+    loop = SchedulerLoop(store)
+    loop.verify = False  # the check of every kept snapshot against a full read
+    loop.run_cycle()
+
+    def statements(count: int, prefix: str) -> list[str]:
+        seen: list[str] = []
+
+        def statement(_c: Any, _cursor: Any, text: str, *_rest: Any) -> None:
+            # Not the write lock's, nor the planner statistics' refresh on its thread.
+            if not any(word in text for word in ("pg_advisory", "ANALYZE", "reltuples")):
+                seen.append(" ".join(text.split()))
+
+        event.listen(store.engine, "before_cursor_execute", statement)
+        try:
+            records = store.submit_all([spec(f"{prefix}-{i}") for i in range(count)])
+            loop.run_cycle()
+        finally:
+            event.remove(store.engine, "before_cursor_execute", statement)
+        assert [r.spec.name for r in records] == [f"{prefix}-{i}" for i in range(count)]
+        assert [r.id for r in records] == sorted({r.id for r in records})
+        for record in (records[0], records[-1]):
+            stored = store.get_workload(record.spec.name)
+            assert (stored.id, stored.status) == (record.id, "running")
+            assert stored.spec.task_groups == record.spec.task_groups
+        return seen
+
+    few = statements(3, "few")
+    many = statements(1200, "many")
+    assert any("= ANY" in text for text in many)
+    assert many == few
+    assert store.counts().workloads["running"] == 1203
 
 
 def test_a_change_the_generation_missed_fails_the_check(store: Store) -> None:

@@ -1,6 +1,7 @@
 """`corral.store.bulk.Rows` on SQLite and PostgreSQL: rows written by the driver (SQLite's
 executemany, PostgreSQL's COPY) read back as SQLAlchemy's own inserts would have written
-them, their ids come back in the order of the rows, and a failure leaves nothing behind."""
+them, their ids come back in the order of the rows, and a failure leaves nothing behind;
+`one_of` finds every value it is given, however many."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    bindparam,
     cast,
     insert,
     select,
@@ -27,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from corral.store import Store
-from corral.store.bulk import CHUNK, Rows
+from corral.store.bulk import CHUNK, Rows, one_of, read_in
 from corral.store.database import json_text
 
 _METADATA = MetaData()
@@ -140,3 +142,25 @@ def test_rows_without_a_key_cannot_return_ids(probe: Store) -> None:
     rows = Rows(_PROBE, _COLUMNS)
     with pytest.raises(ValueError, match="no key"), probe.write() as session:
         rows.insert_ids(session.connection(), [_row("a", 0, None), _row("b", 0, None)])
+
+
+def test_one_of_finds_every_value_given_however_many(probe: Store) -> None:
+    rows = Rows(_PROBE, _COLUMNS, key=("name", "part"))
+    names = [f"w-{i}" for i in range(2 * CHUNK + 5)]
+    with probe.write() as session:
+        ids = rows.insert_ids(session.connection(), [_row(n, 0, None) for n in names])
+        rows.insert(session.connection(), [_row(names[0], 1, None)])
+    by_name = select(_PROBE.c.name).where(
+        one_of(_PROBE.c.name, "names"), _PROBE.c.part == bindparam("part")
+    )
+    by_id = select(_PROBE.c.id).where(one_of(_PROBE.c.id, "ids"))
+    wanted = [*names[::2], "absent"]  # more than one IN list takes, and one not there
+    with probe.read() as session:
+        connection = session.connection()
+        found = read_in(connection, by_name, "names", wanted, part=0)
+        assert sorted(name for (name,) in found) == sorted(names[::2])
+        assert [name for (name,) in read_in(connection, by_name, "names", names, part=1)] == [
+            names[0]
+        ]
+        assert sorted(i for (i,) in read_in(connection, by_id, "ids", ids[1::3])) == ids[1::3]
+        assert read_in(connection, by_id, "ids", []) == []

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Decisions, Node, Placement, Snapshot, TaskGroup, Topology, Workload
 from corral.model.durations import lost_work_phrase
-from corral.store.bulk import chunks, read_in
+from corral.store.bulk import chunks, each_chunk, one_of, read_in
 from corral.store.convert import queue_from_row
 from corral.store.events import add_event, add_events, event_values
 from corral.store.records import ACTIVE, Release
@@ -38,7 +38,7 @@ IDLE_WINDOW = 300.0
 _ACTIVE = and_(WorkloadRow.status.in_(ACTIVE), WorkloadRow.held.is_(False))
 _AFTER = WorkloadRow.id > bindparam("after")
 _UP_TO = WorkloadRow.id <= bindparam("up_to")
-_NAMED = WorkloadRow.name.in_(bindparam("names", expanding=True))
+_NAMED = one_of(WorkloadRow.name, "names")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +112,12 @@ _FOUND = select(
 _RUNNING_MEMBERS = (
     select(WorkloadRow.array_name, func.count())
     .where(
-        WorkloadRow.array_name.in_(bindparam("arrays", expanding=True)),
+        one_of(WorkloadRow.array_name, "arrays"),
         WorkloadRow.status == "running",
     )
     .group_by(WorkloadRow.array_name)
 )
-_NODE_IDS = select(NodeRow.name, NodeRow.id).where(
-    NodeRow.name.in_(bindparam("names", expanding=True))
-)
+_NODE_IDS = select(NodeRow.name, NodeRow.id).where(one_of(NodeRow.name, "names"))
 _REASON = (
     update(WORKLOADS)
     .where(WORKLOADS.c.id == bindparam("workload_id"))
@@ -128,7 +126,7 @@ _REASON = (
 # Every workload bound by a cycle is bound at the same time: one statement for them all.
 _BOUND = (
     update(WORKLOADS)
-    .where(WORKLOADS.c.id.in_(bindparam("ids", expanding=True)))
+    .where(one_of(WORKLOADS.c.id, "ids"))
     .values(
         status="running",
         reason=None,
@@ -398,7 +396,7 @@ def _bind(
         },
         {node_id: name for name, node_id in node_ids.items()},
     )
-    for ids in chunks(rows[name].id for name in decisions.bindings):
+    for ids in each_chunk(connection, (rows[name].id for name in decisions.bindings)):
         connection.execute(_BOUND, {"ids": ids, "now": now})
     add_events(
         session,

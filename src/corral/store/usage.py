@@ -31,7 +31,6 @@ from sqlalchemy import (
     Connection,
     Row,
     Table,
-    bindparam,
     event,
     func,
     or_,
@@ -40,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from corral.store.bulk import Rows, chunks, read_in
+from corral.store.bulk import Rows, chunks, one_of, read_in
 from corral.store.database import Database, json_text
 from corral.store.records import STATUSES
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
@@ -164,11 +163,9 @@ def insert_placements(
 # The statements of `_open_intervals`, made once: every cycle that binds runs them.
 _BOUND_WORKLOADS = select(
     WorkloadRow.id, WorkloadRow.name, WorkloadRow.user, WorkloadRow.priority, WorkloadRow.queue_id
-).where(WorkloadRow.id.in_(bindparam("ids", expanding=True)))
+).where(one_of(WorkloadRow.id, "ids"))
 _QUEUES = select(QueueRow.id, QueueRow.name, QueueRow.parent_id)
-_BOUND_NODES = select(NodeRow.id, NodeRow.name).where(
-    NodeRow.id.in_(bindparam("ids", expanding=True))
-)
+_BOUND_NODES = select(NodeRow.id, NodeRow.name).where(one_of(NodeRow.id, "ids"))
 _ALLOCATIONS = Rows(
     cast(Table, AllocationRow.__table__),
     (

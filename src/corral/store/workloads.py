@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, aliased, selectinload
 from corral.model import Placement, TaskGroup
 from corral.model.spec import WorkloadSpec
 from corral.store.audit import AuditRecord, add_audit
-from corral.store.bulk import Rows
+from corral.store.bulk import Rows, one_of
 from corral.store.convert import (
     WORKLOAD_COLUMNS,
     record_of,
@@ -54,13 +54,13 @@ _NEW_TASK_GROUPS = Rows(
 # running them. Each project's queue, and whether it has queues below it (a department).
 _CHILD = aliased(QueueRow)
 _QUEUES = select(QueueRow.name, QueueRow.id, exists().where(_CHILD.parent_id == QueueRow.id)).where(
-    QueueRow.name.in_(bindparam("projects", expanding=True))
+    one_of(QueueRow.name, "projects")
 )
 # The workloads and arrays that hold one of the names.
 _CLAIMED = select(WorkloadRow.name, WorkloadRow.array_name).where(
     or_(
-        WorkloadRow.name.in_(bindparam("names", expanding=True)),
-        WorkloadRow.array_name.in_(bindparam("names", expanding=True)),
+        one_of(WorkloadRow.name, "names"),
+        one_of(WorkloadRow.array_name, "names"),
     )
 )
 

@@ -1,5 +1,6 @@
 """The store shared by two processes (the server's API and its scheduler): the write lock
-holds between them, a lock whose process died is free again, and the generation and its
+holds between them (but, on PostgreSQL, a scheduling cycle's does not hold up new work,
+nor new work a cycle), a lock whose process died is free again, and the generation and its
 journal are the database's, so each process sees the other's changes. On SQLite and on
 PostgreSQL, with a real second process."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -18,13 +19,19 @@ from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.server.scheduler import SchedulerLoop
 from corral.store import Store
 
-# A second process that opens the store, takes the write lock, says so, and keeps it
+# A second process that opens the store, takes the write lock (as a scheduling cycle
+# takes it, with "cycle"; or the lock of new work only, with "new"), says so, and keeps it
 # until its standard input ends (or it is killed).
 HOLDER = """
 import sys
 from corral.store import Store
 store = Store(sys.argv[1], migrate=False)
-with store.writing():
+mode = sys.argv[2]
+if mode == "new":
+    held = store.holding_new_work()
+else:
+    held = store.writing(beside_new_work=mode == "cycle")
+with held:
     print("held", flush=True)
     sys.stdin.read()
 """
@@ -62,9 +69,9 @@ def other(script: str, *args: str) -> subprocess.Popen[str]:
 
 
 @contextmanager
-def held_elsewhere(store: Store) -> Iterator[subprocess.Popen[str]]:
-    """The write lock, held by another process until the block ends."""
-    holder = other(HOLDER, store.url)
+def held_elsewhere(store: Store, mode: str = "write") -> Iterator[subprocess.Popen[str]]:
+    """The write lock (`HOLDER`'s modes), held by another process until the block ends."""
+    holder = other(HOLDER, store.url, mode)
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
@@ -76,13 +83,18 @@ def held_elsewhere(store: Store) -> Iterator[subprocess.Popen[str]]:
 
 
 def submitting(store: Store, name: str) -> tuple[threading.Thread, threading.Event]:
+    return running(lambda: store.submit(spec(name)))
+
+
+def running(call: Callable[[], object]) -> tuple[threading.Thread, threading.Event]:
+    """`call` on a thread of its own, and the event set when it has returned."""
     done = threading.Event()
 
-    def submit() -> None:
-        store.submit(spec(name))
+    def run() -> None:
+        call()
         done.set()
 
-    thread = threading.Thread(target=submit)
+    thread = threading.Thread(target=run)
     thread.start()
     return thread, done
 
@@ -98,6 +110,69 @@ def test_the_write_lock_holds_between_processes(store: Store) -> None:
         assert done.wait(10)
         thread.join(10)
     assert [r.name for r in store.list_workloads()] == ["w0"]
+
+
+def test_a_cycle_elsewhere_does_not_hold_up_new_work_on_postgresql(store: Store) -> None:
+    # A scheduling cycle writes its decisions beside new work: on PostgreSQL submissions
+    # (alone and in a batch) are written meanwhile, and any other write waits; on SQLite,
+    # one writer at a time, everything waits.
+    prepared(store)
+    with held_elsewhere(store, "cycle") as holder:
+        thread, done = submitting(store, "w0")
+        batch, batch_done = running(lambda: store.submit_all([spec("w1"), spec("w2")]))
+        cordon, cordoned = running(lambda: store.set_schedulable("n0", False))
+        assert done.wait(10) is not store.sqlite
+        assert batch_done.wait(0.5 if store.sqlite else 10) is not store.sqlite
+        assert not cordoned.wait(0.5)
+        assert holder.stdin is not None
+        holder.stdin.close()
+        for started, finished in ((thread, done), (batch, batch_done), (cordon, cordoned)):
+            assert finished.wait(10)
+            started.join(10)
+    assert [r.name for r in store.list_workloads()] == ["w0", "w1", "w2"]
+    assert not store.get_node("n0").node.schedulable
+
+
+def test_new_work_elsewhere_holds_up_every_writer_but_a_cycle(store: Store) -> None:
+    # While another process adds new work: other submissions and any other write wait;
+    # a cycle's write does not on PostgreSQL (on SQLite new work holds the write lock).
+    prepared(store)
+    with held_elsewhere(store, "new") as holder:
+
+        def cycle() -> None:
+            with store.writing(beside_new_work=True):
+                pass
+
+        writer, written = running(cycle)
+        assert written.wait(0.5 if store.sqlite else 10) is not store.sqlite
+        thread, done = submitting(store, "w0")
+        # (Taken the write lock, it waits for new work's: a cycle now waits behind it.)
+        cordon, cordoned = running(lambda: store.set_schedulable("n0", False))
+        assert not done.wait(0.5)
+        assert not cordoned.wait(0.1)
+        assert holder.stdin is not None
+        holder.stdin.close()
+        for started, finished in ((thread, done), (cordon, cordoned), (writer, written)):
+            assert finished.wait(10)
+            started.join(10)
+    assert [r.name for r in store.list_workloads()] == ["w0"]
+
+
+def test_the_write_lock_is_not_taken_under_the_lock_of_new_work(store: Store) -> None:
+    # Every writer takes the write lock first: one that took them the other way round
+    # could wait for ever for one that holds the write lock and waits for new work's.
+    with store.holding_new_work():
+        if store.sqlite:  # the same lock there
+            with store.writing():
+                pass
+        else:
+            with (
+                pytest.raises(RuntimeError, match="after the lock of new work"),
+                store.writing(),
+            ):
+                pass
+    with store.writing(), store.holding_new_work(), store.writing():
+        pass
 
 
 def test_a_lock_whose_process_died_is_free_again(store: Store) -> None:

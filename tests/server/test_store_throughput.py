@@ -180,6 +180,55 @@ def test_concurrent_submissions_are_each_stored_once(store: Store) -> None:
     assert store.integrity_problems() == []
 
 
+def test_work_added_while_cycles_write_is_each_scheduled(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On PostgreSQL submissions are written beside a cycle's write, not after it. A cycle
+    # reads new work by id, after the newest it read: work committed out of the order of
+    # its ids would be passed over for good by a kept snapshot. Clients submit alone and
+    # in batches while cycles run back to back; every cycle's kept snapshot is checked
+    # against a full read of the store, and all the work is bound in the end.
+    store.create_queue(Queue("team", deserved=Resources(gpu=800)))
+    for index in range(10):
+        store.register_node(node(f"n{index}", gpus=80))
+    monkeypatch.setattr("corral.server.scheduler.FULL_SNAPSHOT_SECONDS", 3600.0)  # however slow
+    loop = SchedulerLoop(store)
+    loop.verify = True
+    submitting = threading.Event()
+    submitting.set()
+    failures: list[BaseException] = []
+
+    def cycles() -> None:
+        try:
+            while submitting.is_set():
+                loop.run_cycle()
+        except BaseException as error:  # reported below
+            failures.append(error)
+
+    def client(k: int) -> None:
+        for i in range(20):
+            if i % 4 == 0:
+                store.submit_all([spec(f"b{k}-{i}-{j}") for j in range(5)])
+            else:
+                store.submit(spec(f"w{k}-{i}"))
+
+    cycling = threading.Thread(target=cycles)
+    cycling.start()
+    clients = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join(120)
+    submitting.clear()
+    cycling.join(60)
+    assert failures == []
+    loop.run_cycle()
+    assert loop.full_snapshots == 1  # the first cycle's: every other kept its snapshot
+    statuses = Counter(record.status for record in store.list_workloads())
+    assert statuses == {"running": 8 * (15 + 5 * 5)}
+    assert store.integrity_problems() == []
+
+
 # -- the snapshot the scheduler keeps ------------------------------------------------------
 
 

@@ -171,7 +171,7 @@ class SchedulerLoop:
         self._advance_usage()
         for attempt in range(OPTIMISTIC_ATTEMPTS + 1):
             if attempt == OPTIMISTIC_ATTEMPTS:
-                with self.store.writing():
+                with self.store.writing(beside_new_work=True):
                     read = self._snapshot(self.store.generation)
                     decisions = self._decide(read.snapshot)
                     releases = self.store.apply(decisions)
@@ -180,7 +180,7 @@ class SchedulerLoop:
             generation = self.store.generation
             read = self._snapshot(generation)
             decisions = self._decide(read.snapshot)
-            with self.store.writing():
+            with self.store.writing(beside_new_work=True):
                 if self.store.generation == generation:
                     releases = self.store.apply(decisions)
                     self._keep(read, decisions)

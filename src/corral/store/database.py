@@ -8,6 +8,10 @@ advisory lock on PostgreSQL. So does the store's generation, the count of change
 scheduling depends on, kept in the database with the names of what each change touched
 (`bump`, `changed_since`). `read`, `write` and `writing` are the seam the store's
 modules (usage, telemetry, rules) work through.
+
+On PostgreSQL new workloads are added under a lock of their own (`adding`), which every
+other writer takes after the write lock, except the scheduler's cycle: a cycle and a
+submission write no row in common, so neither waits for the other.
 """
 
 from __future__ import annotations
@@ -64,9 +68,10 @@ _GROWN = ("workloads", "task_groups")
 # every check-out (SQLAlchemy's pool_pre_ping) cost a scheduling cycle five round trips,
 # over a millisecond; a connection back in use within a second was alive a moment ago.
 PING_AFTER_SECONDS = 1.0
-# The PostgreSQL advisory lock that is the write lock across processes (any number that
-# no other user of corral's database takes).
+# The PostgreSQL advisory locks that are the write lock and the lock of new work across
+# processes (numbers that no other user of corral's database takes).
 _ADVISORY_KEY = 0x636F7272616C  # "corral"
+_NEW_WORK_KEY = _ADVISORY_KEY + 1
 
 _CHANGES = cast(Table, ChangeRow.__table__)
 _NEWEST = select(func.max(_CHANGES.c.generation))
@@ -126,6 +131,15 @@ class Database:
         self._write_lock = threading.RLock()
         self._depth = 0
         self._across = _across_processes(self.engine)
+        # The lock of new workloads (`adding`), on PostgreSQL; on SQLite, which has one
+        # writer at a time in any case, the write lock is theirs too.
+        self._split = self.engine.dialect.name == "postgresql"
+        self._new_work_lock = threading.RLock()
+        self._new_work_depth = 0
+        self._new_work_holder: int | None = None
+        self._across_new_work: _Lock = (
+            _AdvisoryLock(self.engine, _NEW_WORK_KEY) if self._split else _NoLock()
+        )
         # While this process holds the lock, no other moves the generation: the thread
         # that holds it reads it once and counts its own changes (see `generation`).
         self._holder: int | None = None
@@ -158,19 +172,31 @@ class Database:
         if analyzer is not None:
             analyzer.join(timeout=ANALYZE_WAIT_SECONDS)
         self._across.close()
+        self._across_new_work.close()
         self.engine.dispose()
 
     @contextmanager
-    def writing(self) -> Iterator[None]:
+    def writing(self, beside_new_work: bool = False) -> Iterator[None]:
         """Hold the write lock across several calls (the scheduler's cycle does): no
-        other thread, and no other process, writes meanwhile."""
+        other thread, and no other process, writes meanwhile. `beside_new_work`: new
+        workloads may be added meanwhile (on PostgreSQL; see `holding_new_work`), for a
+        scheduling cycle, which reads and writes only the work it read before (by id up to
+        the newest it read) and no row that adding work writes or reads to check it."""
+        me = threading.get_ident()
+        if self._new_work_holder == me and self._holder != me:
+            # The other order is every writer's: this one could wait for it for ever.
+            raise RuntimeError("the write lock is taken after the lock of new work")
         with self._write_lock:
             if self._depth == 0:
                 self._across.acquire()
-                self._holder = threading.get_ident()
+                self._holder = me
             self._depth += 1
             try:
-                yield
+                if beside_new_work or not self._split:
+                    yield
+                else:
+                    with self.holding_new_work():
+                        yield
             finally:
                 self._depth -= 1
                 if self._depth == 0:
@@ -178,15 +204,57 @@ class Database:
                     self._across.release()
 
     @contextmanager
+    def adding(self) -> Iterator[Session]:
+        """One transaction that adds new workloads (with their task groups, events, audit
+        records and Idempotency-Keys) and changes nothing else, under the lock of new
+        work (`holding_new_work`)."""
+        with self.holding_new_work():
+            if self._split:
+                with self.sessions.begin() as session:
+                    yield session
+            else:
+                with self.write(relevant=False) as session:
+                    yield session
+
+    @contextmanager
+    def holding_new_work(self) -> Iterator[None]:
+        """Hold the lock under which new workloads are added, across several calls (the
+        submissions' group commit does). On PostgreSQL it is a lock of its own, which
+        every writer takes after the write lock but a scheduling cycle does not
+        (`writing`): new work is committed one transaction at a time, so in the order
+        of its ids (a cycle reads new work by id, after the newest it read), and no
+        other change undoes its checks meanwhile; but a cycle writing its bindings does
+        not hold it up, nor it a cycle. On SQLite, the write lock."""
+        if not self._split:
+            with self.writing():
+                yield
+            return
+        with self._new_work_lock:
+            if self._new_work_depth == 0:
+                self._across_new_work.acquire()
+                self._new_work_holder = threading.get_ident()
+            self._new_work_depth += 1
+            try:
+                yield
+            finally:
+                self._new_work_depth -= 1
+                if self._new_work_depth == 0:
+                    self._new_work_holder = None
+                    self._across_new_work.release()
+
+    @contextmanager
     def write(
-        self, relevant: bool = True, touched: Collection[str] | None = None
+        self,
+        relevant: bool = True,
+        touched: Collection[str] | None = None,
+        beside_new_work: bool = False,
     ) -> Iterator[Session]:
         """One transaction under the write lock. A `relevant` change (the default) is one
         that can make a scheduling cycle computed before it wrong: it moves `generation`
         in the same transaction. `touched`: the names of the only workloads the change
         can alter (no node, queue or other workload), which lets the scheduler re-read
-        just those."""
-        with self.writing():
+        just those. `beside_new_work` as for `writing`."""
+        with self.writing(beside_new_work):
             try:
                 with self.sessions.begin() as session:
                     yield session
@@ -356,7 +424,7 @@ class _Lock(Protocol):
 def _across_processes(engine: Engine) -> _Lock:
     """The write lock between processes on `engine`'s database."""
     if engine.dialect.name == "postgresql":
-        return _AdvisoryLock(engine)
+        return _AdvisoryLock(engine, _ADVISORY_KEY)
     database = engine.url.database
     if engine.dialect.name == "sqlite" and database and database != ":memory:":
         return _FileLock(Path(f"{database}-lock"))
@@ -392,8 +460,9 @@ class _AdvisoryLock:
     """A PostgreSQL session-level advisory lock on a connection of its own: released by
     the server when that connection ends, however its process ends."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, key: int) -> None:
         self.engine = engine
+        self.key = key
         self.connection: Connection | None = None
 
     def acquire(self) -> None:
@@ -402,7 +471,7 @@ class _AdvisoryLock:
             # transaction would hold back vacuum for as long as the server runs.
             self.connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
-            self.connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_KEY})
+            self.connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": self.key})
         except SQLAlchemyError:
             # A connection that broke is dropped: the next write opens another.
             self.close()
@@ -410,7 +479,7 @@ class _AdvisoryLock:
 
     def release(self) -> None:
         assert self.connection is not None
-        self.connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _ADVISORY_KEY})
+        self.connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self.key})
 
     def close(self) -> None:
         if self.connection is not None:

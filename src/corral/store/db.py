@@ -185,7 +185,7 @@ class Store(Database):
         with self._queue_lock:
             self._queued.append(item)
         written = 0
-        with self.writing():
+        with self.holding_new_work():
             if not item.done:
                 with self._queue_lock:
                     batch, self._queued = self._queued, []
@@ -212,7 +212,7 @@ class Store(Database):
             Submission(spec, now, idempotency=key, audit=audit)
             for spec, key, audit in zip(specs, keys or nothing, audits or nothing, strict=True)
         ]
-        with self.writing():
+        with self.holding_new_work():
             written = self._submit_batch(batch)
         self.grew(written)
         return [item.outcome() for item in batch]
@@ -226,7 +226,7 @@ class Store(Database):
         written in the same transaction; a key used before raises `Replayed`."""
         now = time.time()
         batch = [Submission(spec, now) for spec in specs]
-        with self.write(relevant=False) as session:
+        with self.adding() as session:
             if key is not None:
                 seen = idempotency.find(session, [key]).get((key.user, key.key))
                 if seen is not None:
@@ -251,7 +251,7 @@ class Store(Database):
         # A new pending workload is not in a cycle's snapshot and changes nothing it
         # decided: submissions do not bump the generation.
         try:
-            with self.write(relevant=False) as session:
+            with self.adding() as session:
                 written = workloads.insert_submissions(session, batch)
         except Exception as error:
             if len(batch) == 1:
@@ -398,8 +398,9 @@ class Store(Database):
     def apply(self, decisions: Decisions) -> list[Release]:
         """Write one cycle's decisions in one transaction: evictions, bindings, reasons.
 
-        Returns the evicted tasks, whose processes must now be stopped."""
-        with self.write() as session:
+        Returns the evicted tasks, whose processes must now be stopped. New work may be
+        added meanwhile (see `Database.writing`)."""
+        with self.write(beside_new_work=True) as session:
             decided = time.time()
             return tasks.stamped(scheduling.apply(session, decisions), decided)
 

@@ -42,7 +42,10 @@ def test_while_wake_ups_stream_in_each_cycle_rests_in_proportion(store: Store) -
     streaming = threading.Thread(target=stream)
     try:
         streaming.start()
-        time.sleep(1.5)
+        # Ten cycles, however long a loaded machine takes for them.
+        deadline = time.perf_counter() + 60
+        while len(seen) < 10 and time.perf_counter() < deadline:
+            time.sleep(0.01)
     finally:
         stop.set()
         streaming.join()

@@ -18,6 +18,7 @@ from corral.model import Decisions, Node, Queue, Resources, Snapshot, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.server.scheduler import SchedulerLoop
 from corral.store import Store
+from corral.store.audit import AuditQuery, AuditRecord
 
 # A second process that opens the store, takes the write lock (as a scheduling cycle
 # takes it, with "cycle"; or the lock of new work only, with "new"), says so, and keeps it
@@ -25,6 +26,7 @@ from corral.store import Store
 HOLDER = """
 import sys
 from corral.store import Store
+from corral.store.audit import AuditQuery, AuditRecord
 store = Store(sys.argv[1], migrate=False)
 mode = sys.argv[2]
 if mode == "new":
@@ -40,6 +42,7 @@ with held:
 WRITER = """
 import sys
 from corral.store import Store
+from corral.store.audit import AuditQuery, AuditRecord
 store = Store(sys.argv[1], migrate=False)
 if sys.argv[2] == "end":
     store.task_ended("w0", 0, 0, "done")
@@ -113,23 +116,32 @@ def test_the_write_lock_holds_between_processes(store: Store) -> None:
 
 
 def test_a_cycle_elsewhere_does_not_hold_up_new_work_on_postgresql(store: Store) -> None:
-    # A scheduling cycle writes its decisions beside new work: on PostgreSQL submissions
-    # (alone and in a batch) are written meanwhile, and any other write waits; on SQLite,
-    # one writer at a time, everything waits.
+    # A scheduling cycle writes its decisions beside new rows: on PostgreSQL submissions
+    # (alone and in a batch) and the audit records of other requests are written
+    # meanwhile, and any other write waits; on SQLite, one writer at a time, all wait.
     prepared(store)
+    record = AuditRecord(1.0, "alice", "POST", "/api/v1/workloads/batch", "/x", None, 201)
     with held_elsewhere(store, "cycle") as holder:
         thread, done = submitting(store, "w0")
         batch, batch_done = running(lambda: store.submit_all([spec("w1"), spec("w2")]))
+        audit, audited = running(lambda: store.add_audit([record]))
         cordon, cordoned = running(lambda: store.set_schedulable("n0", False))
         assert done.wait(10) is not store.sqlite
         assert batch_done.wait(0.5 if store.sqlite else 10) is not store.sqlite
+        assert audited.wait(0.5 if store.sqlite else 10) is not store.sqlite
         assert not cordoned.wait(0.5)
         assert holder.stdin is not None
         holder.stdin.close()
-        for started, finished in ((thread, done), (batch, batch_done), (cordon, cordoned)):
+        for started, finished in (
+            (thread, done),
+            (batch, batch_done),
+            (audit, audited),
+            (cordon, cordoned),
+        ):
             assert finished.wait(10)
             started.join(10)
     assert [r.name for r in store.list_workloads()] == ["w0", "w1", "w2"]
+    assert [r.route for r in store.list_audit(AuditQuery())] == [record.route]
     assert not store.get_node("n0").node.schedulable
 
 

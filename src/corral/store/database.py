@@ -206,8 +206,8 @@ class Database:
     @contextmanager
     def adding(self) -> Iterator[Session]:
         """One transaction that adds new workloads (with their task groups, events, audit
-        records and Idempotency-Keys) and changes nothing else, under the lock of new
-        work (`holding_new_work`)."""
+        records and Idempotency-Keys), or audit records alone, and changes nothing else,
+        under the lock of new work (`holding_new_work`)."""
         with self.holding_new_work():
             if self._split:
                 with self.sessions.begin() as session:

@@ -594,8 +594,10 @@ class Store(Database):
     # -- audit ---------------------------------------------------------------------------
 
     def add_audit(self, records: Sequence[AuditRecord]) -> None:
-        """Write audit records, in one transaction."""
-        with self.write(relevant=False) as session:
+        """Write audit records, in one transaction. They are new rows no cycle reads, as a
+        submission's are: on PostgreSQL the answer of a request the middleware records
+        does not wait for a cycle writing its decisions (see `Database.adding`)."""
+        with self.adding() as session:
             audit.add_audit(session, records)
 
     def list_audit(self, query: AuditQuery) -> list[AuditRecord]:

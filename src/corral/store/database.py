@@ -128,21 +128,15 @@ class Database:
         )
         self._reads = sessionmaker(self.reader, expire_on_commit=False)
         # The write lock: one thread of this process at a time, and then one process.
-        self._write_lock = threading.RLock()
-        self._depth = 0
-        self._across = _across_processes(self.engine)
+        self._write = _Held(_across_processes(self.engine))
         # The lock of new workloads (`adding`), on PostgreSQL; on SQLite, which has one
         # writer at a time in any case, the write lock is theirs too.
         self._split = self.engine.dialect.name == "postgresql"
-        self._new_work_lock = threading.RLock()
-        self._new_work_depth = 0
-        self._new_work_holder: int | None = None
-        self._across_new_work: _Lock = (
+        self._new_work = _Held(
             _AdvisoryLock(self.engine, _NEW_WORK_KEY) if self._split else _NoLock()
         )
         # While this process holds the lock, no other moves the generation: the thread
         # that holds it reads it once and counts its own changes (see `generation`).
-        self._holder: int | None = None
         self._held_generation: int | None = None
         # Workloads added since the planner's statistics were last refreshed, and how
         # many it counted then (see `grew`).
@@ -171,8 +165,8 @@ class Database:
         analyzer = self._analyzer
         if analyzer is not None:
             analyzer.join(timeout=ANALYZE_WAIT_SECONDS)
-        self._across.close()
-        self._across_new_work.close()
+        self._write.across.close()
+        self._new_work.across.close()
         self.engine.dispose()
 
     @contextmanager
@@ -183,25 +177,17 @@ class Database:
         scheduling cycle, which reads and writes only the work it read before (by id up to
         the newest it read) and no row that adding work writes or reads to check it."""
         me = threading.get_ident()
-        if self._new_work_holder == me and self._holder != me:
+        if self._new_work.holder == me and self._write.holder != me:
             # The other order is every writer's: this one could wait for it for ever.
             raise RuntimeError("the write lock is taken after the lock of new work")
-        with self._write_lock:
-            if self._depth == 0:
-                self._across.acquire()
-                self._holder = me
-            self._depth += 1
-            try:
-                if beside_new_work or not self._split:
+        with self._write.held() as first:
+            if first:  # what an earlier holder counted is not this one's to trust
+                self._held_generation = None
+            if beside_new_work or not self._split:
+                yield
+            else:
+                with self.holding_new_work():
                     yield
-                else:
-                    with self.holding_new_work():
-                        yield
-            finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._holder = self._held_generation = None
-                    self._across.release()
 
     @contextmanager
     def adding(self) -> Iterator[Session]:
@@ -229,18 +215,8 @@ class Database:
             with self.writing():
                 yield
             return
-        with self._new_work_lock:
-            if self._new_work_depth == 0:
-                self._across_new_work.acquire()
-                self._new_work_holder = threading.get_ident()
-            self._new_work_depth += 1
-            try:
-                yield
-            finally:
-                self._new_work_depth -= 1
-                if self._new_work_depth == 0:
-                    self._new_work_holder = None
-                    self._across_new_work.release()
+        with self._new_work.held():
+            yield
 
     @contextmanager
     def write(
@@ -269,11 +245,11 @@ class Database:
     def generation(self) -> int:
         """How many relevant changes have committed (by any process), as of now; to the
         thread that holds the write lock, with those of its own transaction."""
-        if self._holder == threading.get_ident():
+        if self._write.holder == threading.get_ident():
             if self._held_generation is None:
                 # On the lock's own connection where it has one: no round trips to take
                 # another from the pool.
-                held = self._across.connection
+                held = self._write.across.connection
                 self._held_generation = (
                     _newest(held) if held is not None else self._read_generation()
                 )
@@ -419,6 +395,35 @@ class _Lock(Protocol):
     def release(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class _Held:
+    """A lock across processes (`across`) held by one thread of this process at a time,
+    again and again within its hold: the outermost hold takes `across` and lets it go."""
+
+    def __init__(self, across: _Lock) -> None:
+        self.across = across
+        # The thread that holds it, or None.
+        self.holder: int | None = None
+        self._lock = threading.RLock()
+        self._depth = 0
+
+    @contextmanager
+    def held(self) -> Iterator[bool]:
+        """Hold it; True to the outermost hold."""
+        with self._lock:
+            first = self._depth == 0
+            if first:
+                self.across.acquire()
+                self.holder = threading.get_ident()
+            self._depth += 1
+            try:
+                yield first
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.holder = None
+                    self.across.release()
 
 
 def _across_processes(engine: Engine) -> _Lock:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from corral.model import DEFAULT_GRACE_PERIOD
+from corral.model.spec import NodeSpec
 from corral.model.telemetry import Sample
 
 
@@ -86,6 +87,32 @@ class TaskStop:
         )
 
 
+# Why a task ended when corral ended it, as its end reports it (`Reports.task_ended`); an
+# end without a cause is the workload's own (its exit code says how). An end corral caused
+# is never counted against the workload: its gang is requeued as after a preemption.
+STOPPED = "stopped"  # an order of the server's (a preemption, a lost peer's gang, ...)
+FENCED = "fenced"  # its node was cut off from the cluster, or declared lost
+CAUSES = (STOPPED, FENCED)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """The server's settings that agents follow, sent on every (re)connection, so that a
+    restarted server with new settings reaches agents that outlived the old one."""
+
+    # Tasks of a node cut off from the cluster (its agent reaches neither the server nor
+    # Ray) stop after this many seconds: before the server, after its loss timeout, may
+    # start them anywhere else.
+    fence_timeout: float = 4.0
+    # A node whose agent has not answered for this long is declared lost.
+    loss_timeout: float = 10.0
+    # While the agent still reaches the cluster, its tasks keep running this long without
+    # a word from the server (a server restarting, upgraded, or down for a while).
+    server_absence: float = 600.0
+    # How long a drain waits for a report before it answers with what runs.
+    poll_interval: float = 1.0
+
+
 class Reports(Protocol):
     """What agents tell the server. Calls may come from any thread."""
 
@@ -101,17 +128,23 @@ class Reports(Protocol):
         reason: str,
         attempt: int | None = None,
         launch: int | None = None,
+        cause: str | None = None,
     ) -> None:
         """The task's process is gone; `exit_code` None when nobody knows how it ended.
         `attempt` and `launch` are those the process was launched with (`TaskLaunch`): the
         end of an earlier attempt, or of an earlier launch of the task in this attempt, is
-        not the end of the task bound now."""
+        not the end of the task bound now. `cause` is one of CAUSES when corral ended it,
+        None when it ended by itself."""
 
     def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
         """The port numbers the agent gave the task's declared ports, by name."""
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive."""
+
+    def node_joined(self, spec: NodeSpec) -> None:
+        """A node's agent came up and found these devices: the node is registered, or
+        registered again with its work kept (a restarted agent, a new server)."""
 
     def checkpoints(self, node: str, times: Mapping[str, float]) -> None:
         """The newest checkpoint (Unix time) of workloads running on the node, by name, for

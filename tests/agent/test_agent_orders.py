@@ -20,7 +20,7 @@ from livecorral import kill_everything_of, running, wait_until
 
 from corral.agent import Agent
 from corral.cluster.local import LocalCluster
-from corral.messages import TaskStop
+from corral.messages import FENCED, TaskStop
 from corral.model import Decisions, Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.server.dispatch import Dispatcher
@@ -164,26 +164,41 @@ def test_what_the_store_releases_carries_the_time_before_the_release(store: Stor
         devices = tuple(Device(i, f"{node}-{i}", "virtual", 80 << 30, True) for i in range(2))
         store.register_node(NodeSpec(Node(node, gpus=2), devices, virtual=True))
     loop = SchedulerLoop(store)
-    # A task of a gang fails: its sibling is stopped.
+    # A task of a gang is fenced: its sibling is stopped.
     store.submit(spec("a", 2, 2.0))
     loop.run_cycle()
     before = time.time()
-    stopped = store.task_ended("a", 0, 1, "exited with code 1", attempt=1)
+    stopped = store.task_ended("a", 0, 137, "fenced: cut off", attempt=1, cause=FENCED)
     after = time.time()
     (decided,) = {r.decided_at for r in stopped if r.tasks == (1,)}
     assert len(stopped) == 1 and decided is not None and before <= decided <= after
+    store.delete_workload("a", "test")  # requeued, it would take the devices again
     # The same through the agents' reports, with a start of a task no longer bound.
     store.submit(spec("b", 2, 2.0))
     loop.run_cycle()
     (first,) = [p.node for p in store.get_workload("b").placements if p.task == 0]
     before = time.time()
     outcome = store.write_reports(
-        [Started("n0", "a", 0, 4242, 1), Ended(first, "b", 0, 1, "exited with code 1", 1)]
+        [
+            Started("n0", "a", 0, 4242, 1),
+            Ended(first, "b", 0, 137, "fenced: cut off", 1, None, FENCED),
+        ]
     )
     after = time.time()
     assert [u.workload for u in outcome.unbound] == ["a"]
     assert outcome.decided_at is not None and before <= outcome.decided_at <= after
     assert [(r.tasks, r.decided_at) for r in outcome.releases] == [((1,), outcome.decided_at)]
+    store.delete_workload("b", "test")
+    # A task of a gang fails, and the verdict that waited for its other node comes.
+    store.submit(spec("f", 2, 2.0))
+    loop.run_cycle()
+    (first,) = [p.node for p in store.get_workload("f").placements if p.task == 0]
+    assert store.task_ended("f", 0, 1, "exited with code 1", attempt=1) == []
+    before = time.time()
+    stopped = store.settle_failing(0.0)
+    after = time.time()
+    (decided,) = {r.decided_at for r in stopped if r.tasks == (1,)}
+    assert len(stopped) == 1 and decided is not None and before <= decided <= after
     # Cancelled.
     store.submit(spec("c", 2, 2.0))
     loop.run_cycle()

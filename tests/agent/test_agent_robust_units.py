@@ -20,7 +20,7 @@ from livecorral import running, wait_until
 
 from corral.agent import Agent
 from corral.agent.telemetry import read_declaration
-from corral.messages import TaskLaunch, TaskStop
+from corral.messages import FENCED, STOPPED, TaskLaunch, TaskStop
 from corral.model.telemetry import Sample
 
 ROOT = os.geteuid() == 0
@@ -33,6 +33,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.started: dict[str, int] = {}
         self.ended: dict[str, tuple[int | None, str]] = {}
+        self.causes: dict[str, str | None] = {}
         self.heartbeats = 0
 
     def task_started(self, node: str, workload: str, task: int, pid: int, proc_start: int) -> None:
@@ -48,9 +49,11 @@ class Recorder:
         reason: str,
         attempt: int | None = None,
         launch: int | None = None,
+        cause: str | None = None,
     ) -> None:
         with self.lock:
             self.ended[workload] = (exit_code, reason)
+            self.causes[workload] = cause
 
     def heartbeat(self, node: str) -> None:
         with self.lock:
@@ -154,6 +157,31 @@ def test_a_stop_decided_before_a_launch_leaves_that_launch_running(
     worker.stop([TaskStop("again", "n", (0,), "current", 0.0, 7.0)])
     wait_until(lambda: recorder.ended.get("again"), 20, "again to be stopped")
     assert recorder.ended["again"][1] == "current"
+
+
+def test_an_end_says_whether_corral_caused_it(agent: tuple[Agent, Recorder]) -> None:
+    # A task that ends by itself, one the server stops, and, when the server declares the
+    # node lost at 50, one launched before (killed at once) and one after (left alone).
+    worker, recorder = agent
+    worker.start(
+        [
+            launch("own", ["sh", "-c", "exit 3"], decided_at=100.0),
+            launch("stopped", ["sleep", "60"], decided_at=100.0),
+            launch("before", ["sleep", "60"], decided_at=10.0),
+            launch("after", ["sleep", "60"], decided_at=100.0),
+        ]
+    )
+    wait_until(lambda: len(recorder.started) == 4, 20, "the four starts")
+    worker.stop([TaskStop("stopped", "n", (0,), "preempted", 5.0)])
+    assert worker.fence(50.0, "fenced: the server declared node n lost") == 1
+    wait_until(lambda: {"own", "stopped", "before"} <= set(recorder.ended), 20, "three ends")
+    assert recorder.ended["own"] == (3, "exited with code 3") and recorder.causes["own"] is None
+    assert recorder.ended["stopped"][1] == "preempted" and recorder.causes["stopped"] == STOPPED
+    assert recorder.ended["before"] == (137, "fenced: the server declared node n lost")
+    assert recorder.causes["before"] == FENCED
+    assert worker.running() == {("after", 0)} and running(recorder.started["after"])
+    # Fencing again at the same time kills nothing more.
+    assert worker.fence(50.0, "fenced: again") == 0
 
 
 def test_a_task_cannot_stall_the_agent_with_its_telemetry_file(tmp_path: Path) -> None:

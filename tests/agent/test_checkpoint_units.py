@@ -18,7 +18,7 @@ from livecorral import PYTHON, wait_until
 from corral.agent import checkpoints
 from corral.agent.checkpoints import MARKER, last_checkpoint
 from corral.cluster.ray_agent import NodeAgent
-from corral.messages import TaskLaunch, TaskStop
+from corral.messages import AgentSettings, TaskLaunch, TaskStop
 from corral.sdk import checkpointed, preemption
 
 NOW = 2_000_000_000.0
@@ -162,7 +162,7 @@ time.sleep(600)
 @pytest.fixture
 def node_agent(tmp_path: Path) -> Iterator[tuple[NodeAgent, Path]]:
     workloads = Path(tempfile.mkdtemp(prefix="corral-ckpt-"))
-    body = NodeAgent("n1", str(tmp_path / "agents"), 60.0, 1, str(workloads))
+    body = NodeAgent("n1", str(tmp_path / "agents"), AgentSettings(60.0), 1, str(workloads))
     body.agent.heartbeat_interval = 0.0
     yield body, workloads
     body.stop([TaskStop("job", "n1", (0,), "the test is over", 0.0)])

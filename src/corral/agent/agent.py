@@ -30,12 +30,13 @@ from corral.agent.identity import (
     unfit,
     workload_directory,
 )
+from corral.agent.launch import FENCE_REASON
 from corral.agent.ports import allocate, port_variables
 from corral.agent.process import TaskProcess
 from corral.agent.strays import Stray, find_strays
 from corral.agent.strays import stop as stop_stray
 from corral.agent.telemetry import Holder, Sampler, interval_from_env
-from corral.messages import Reports, TaskLaunch, TaskStop
+from corral.messages import FENCED, STOPPED, Reports, TaskLaunch, TaskStop
 from corral.model.spec import Device
 
 log = logging.getLogger("corral.agent")
@@ -46,6 +47,8 @@ class _Task:
     launch: TaskLaunch
     process: TaskProcess | None = None
     stop_reason: str | None = None
+    # Why corral stopped it (corral.messages.CAUSES); None when it ends by itself.
+    cause: str | None = None
     kill_at: float | None = None
     deadline: float | None = None  # max runtime
     # Why the agent gave up on it (it could not be adopted, say); reported as its end.
@@ -175,9 +178,33 @@ class Agent:
                     self.sessions.stop_workload(stop.workload)
                     if task.stop_reason is None:
                         task.stop_reason = stop.reason
+                        task.cause = STOPPED
                         task.kill_at = time.time() + stop.grace
                         task.process.signal(signal.SIGTERM)
         self.tick()
+
+    def fence(self, before: float, reason: str) -> int:
+        """Kill at once every task launched before `before` (by the server's clock; all
+        whose launch time is unknown), and every process found running from before this
+        agent: the server declared this node lost then, and may start its work anywhere
+        else. Their ends are reported as fenced. Returns how many were killed."""
+        killed = 0
+        with self._lock:
+            for task in self._tasks.values():
+                decided = task.launch.decided_at
+                if task.process is None or (decided is not None and decided >= before):
+                    continue
+                if task.cause != FENCED:
+                    task.stop_reason, task.cause = reason, FENCED
+                    killed += 1
+                task.kill_at = time.time()
+                task.process.signal(signal.SIGKILL)
+            for stray in self._strays.values():
+                stray.signal(signal.SIGKILL)
+        if killed:
+            log.warning("%s: %d tasks killed", reason, killed)
+            self.tick()
+        return killed
 
     def running(self) -> set[tuple[str, int]]:
         with self._lock:
@@ -197,7 +224,7 @@ class Agent:
         A task the agent cannot handle (start, watch, stop) is that task's failure,
         reported as its end; it never stops the other tasks, the reports or the heartbeat,
         so `tick` does not raise because of one task."""
-        ended: list[tuple[_Task, int | None, str]] = []
+        ended: list[tuple[_Task, int | None, str, str | None]] = []
         started: list[_Task] = []
         with self._lock:
             now = time.time()
@@ -218,7 +245,7 @@ class Agent:
                     outcome = self._advance(task, now, busy, started)
                 except Exception as error:
                     log.exception("cannot handle %s/%s", task.launch.workload, task.launch.task)
-                    outcome = (None, f"the agent could not handle it: {error}")
+                    outcome = (None, f"the agent could not handle it: {error}", None)
                     if task.process is not None:
                         # Given up on: it must not hold its devices unseen.
                         with contextlib.suppress(Exception):
@@ -251,11 +278,11 @@ class Agent:
 
     def _advance(
         self, task: _Task, now: float, busy: dict[int, float], started: list[_Task]
-    ) -> tuple[int | None, str] | None:
-        """One task's step: start it, notice its end, or stop it when overdue. Its exit code
-        and why it ended, when it did."""
+    ) -> tuple[int | None, str, str | None] | None:
+        """One task's step: start it, notice its end, or stop it when overdue. Its exit code,
+        why it ended and the cause corral had (None: its own end), when it did."""
         if task.failure is not None:
-            return None, task.failure
+            return None, task.failure, None
         process = task.process
         if process is None:
             shares = _shares(task.launch)
@@ -263,7 +290,7 @@ class Agent:
             if task.stop_reason is None and free:
                 problem = self._spawn(task)
                 if problem is not None:
-                    return None, problem
+                    return None, problem, None
                 for device, share in shares:
                     busy[device] = busy.get(device, 0.0) + share
                 started.append(task)
@@ -271,7 +298,10 @@ class Agent:
         outcome = process.ended()
         if outcome is not None:
             code, why = outcome
-            return code, task.stop_reason or why or _exit_reason(code)
+            if why is not None and why.startswith(FENCE_REASON) and task.cause is None:
+                # Its launcher fenced it: the lease was not renewed in time.
+                task.stop_reason, task.cause = why, FENCED
+            return code, task.stop_reason or why or _exit_reason(code), task.cause
         if task.kill_at is not None and now >= task.kill_at:
             process.signal(signal.SIGKILL)
         elif task.deadline is not None and now >= task.deadline and not task.stop_reason:
@@ -280,7 +310,9 @@ class Agent:
             process.signal(signal.SIGTERM)
         return None
 
-    def _report(self, started: list[_Task], ended: list[tuple[_Task, int | None, str]]) -> None:
+    def _report(
+        self, started: list[_Task], ended: list[tuple[_Task, int | None, str, str | None]]
+    ) -> None:
         """Tell the server; one report that fails (a busy store) loses neither the others
         nor the heartbeat, and the reconciler resends what went missing."""
         reports = self.reports
@@ -313,7 +345,7 @@ class Agent:
                         ),
                     )
                 )
-        for task, exit_code, reason in ended:
+        for task, exit_code, reason, cause in ended:
             launch = task.launch
             calls.append(
                 (
@@ -327,6 +359,7 @@ class Agent:
                         reason,
                         launch.attempt,
                         launch.launch,
+                        cause,
                     ),
                 )
             )
@@ -337,7 +370,7 @@ class Agent:
         if beat or ended:
             # A look at each running workload's checkpoints as often as the heartbeat, and a
             # last one when a task ends (it may have checkpointed when asked to stop).
-            found = self._new_checkpoints({task.launch.workload for task, _, _ in ended})
+            found = self._new_checkpoints({task.launch.workload for task, *_ in ended})
             if found:
                 calls.append(("checkpoints", partial(reports.checkpoints, self.node, found)))
         if self.sampler is not None and self.sampler.due(time.time()):

@@ -19,8 +19,9 @@ Two options serve agents that run under Ray (`corral.cluster.ray`): `--detach PI
 makes the launcher leave its parent's process tree (a Ray worker kills its own children
 when its raylet dies, while the task would live on), and `--lease FILE --fence SECONDS`
 makes it kill its own process group when the agent has not renewed FILE for SECONDS, so
-that a node cut off from the control plane never runs a task that was started again
-elsewhere.
+that a node cut off from the cluster never runs a task that was started again elsewhere.
+The agent may write another number of seconds into FILE (the server's current fence
+timeout): it counts from then on, for tasks that run already too.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from corral.agent.identity import identity_of
 NOT_FOUND = 127
 CANNOT_RUN = 126
 FENCED = 137
+# How the reason of a fenced task begins (the agent reports its end as fenced).
+FENCE_REASON = "fenced"
 # The signals by which the agent (or a person at a terminal) asks a task to stop.
 STOPS = (signal.SIGTERM, signal.SIGINT)
 OPTIONS = {"--exit-file", "--user", "--workdir", "--detach", "--lease", "--fence"}
@@ -222,7 +225,8 @@ def _detach(pid_file: str) -> None:
 
 def _wait_fenced(child: subprocess.Popen[bytes], exit_file: str, lease: str, fence: float) -> int:
     """Wait for the child; kill the whole process group, this launcher included, when the
-    lease has not been renewed for `fence` seconds."""
+    lease has not been renewed for the fence timeout (`fence`, or the number in the lease
+    file when the agent wrote one)."""
     while True:
         try:
             return child.wait(timeout=0.5)
@@ -232,11 +236,23 @@ def _wait_fenced(child: subprocess.Popen[bytes], exit_file: str, lease: str, fen
             age = time.time() - os.stat(lease).st_mtime
         except OSError:
             age = float("inf")
+        fence = _lease_timeout(lease, fence)
         if age > fence:
-            reason = f"fenced: its agent lost the control plane for {fence:g} s"
+            reason = f"{FENCE_REASON}: its node was cut off from the cluster for {fence:g} s"
             print(f"corral: {reason}", file=sys.stderr, flush=True)
             write_exit(exit_file, FENCED, reason)
             os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _lease_timeout(lease: str, fence: float) -> float:
+    """The fence timeout the agent wrote into the lease file; `fence` when it wrote none
+    (or nothing sensible)."""
+    try:
+        with open(lease) as handle:
+            written = float(handle.read(32).strip() or "nan")
+    except (OSError, ValueError):
+        return fence
+    return written if 0 < written < 86_400 else fence
 
 
 if __name__ == "__main__":

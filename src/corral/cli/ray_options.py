@@ -43,7 +43,16 @@ FenceTimeout = Annotated[
     typer.Option(
         "--fence-timeout",
         min=1.0,
-        help="With --ray: seconds until a node cut off from the server stops its tasks.",
+        help="With --ray: seconds until the tasks of a node cut off from the cluster stop.",
+    ),
+]
+ServerAbsence = Annotated[
+    float,
+    typer.Option(
+        "--server-absence",
+        min=60.0,
+        help="With --ray: seconds that tasks keep running without a word from the server "
+        "while their node is still part of the Ray cluster (a server restarting or down).",
     ),
 ]
 
@@ -61,6 +70,7 @@ def ray_options(
     loss_timeout: float,
     fence_timeout: float,
     agent_dir: str,
+    server_absence: float,
 ) -> RayOptions | None:
     """The server's RayOptions, or None without --ray; Ray must be installed for --ray."""
     from corral.server.main import RayOptions
@@ -69,4 +79,6 @@ def ray_options(
         return None
     if importlib.util.find_spec("ray") is None:
         raise CliError(f"--ray needs Ray, which is not installed: {RAY_HINT}")
-    return RayOptions(address, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
+    return RayOptions(
+        address, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence
+    )

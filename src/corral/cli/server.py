@@ -12,6 +12,7 @@ from corral.cli.ray_options import (
     FenceTimeout,
     LossTimeout,
     RayAddress,
+    ServerAbsence,
     ray_options,
 )
 from corral.cli.workspace_domain import WorkspaceDomain, use_workspace_domain
@@ -47,6 +48,7 @@ def server_command(
     checkpoint_root: CheckpointRoot = None,
     loss_timeout: LossTimeout = 10.0,
     fence_timeout: FenceTimeout = 4.0,
+    server_absence: ServerAbsence = 600.0,
     agent_dir: AgentDir = "~/.local/share/corral-agent",
     workspace_domain: WorkspaceDomain = None,
     admin_unix_user: Annotated[
@@ -68,7 +70,9 @@ def server_command(
             raise CliError("--checkpoint-root needs --ray: corral server alone runs no task")
         use_workspace_domain(workspace_domain)
         check_server_environment()
-        options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
+        options = ray_options(
+            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence
+        )
         try:
             serve(
                 data_dir or DEFAULT_DATA_DIR,

@@ -12,6 +12,7 @@ from corral.cli.ray_options import (
     FenceTimeout,
     LossTimeout,
     RayAddress,
+    ServerAbsence,
     ray_options,
 )
 from corral.cli.workspace_domain import WorkspaceDomain, use_workspace_domain
@@ -73,6 +74,7 @@ def up_command(
     checkpoint_root: CheckpointRoot = None,
     loss_timeout: LossTimeout = 10.0,
     fence_timeout: FenceTimeout = 4.0,
+    server_absence: ServerAbsence = 600.0,
     agent_dir: AgentDir = "~/.local/share/corral-agent",
     workspace_domain: WorkspaceDomain = None,
 ) -> None:
@@ -104,7 +106,9 @@ def up_command(
     with reported_errors(ctx):
         use_workspace_domain(workspace_domain)
         check_server_environment()
-        options = ray_options(ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir)
+        options = ray_options(
+            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence
+        )
         try:
             up(
                 data_dir or DEFAULT_DATA_DIR,

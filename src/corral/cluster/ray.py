@@ -9,11 +9,13 @@ finds its devices itself (NVML, or the node's `corral_virtual_gpus` resource).
 
 A poller keeps one `drain(wait)` call outstanding per agent: the agent answers as soon
 as it has a report, else after the poll interval, and the poller asks again at once. The
-answer carries the agent's reports, what it runs, new log output and telemetry; a
-successful answer is the node's heartbeat. The actors are threaded, so that orders do not
-wait behind a drain. An agent that stops answering is marked lost by the dispatcher's
-`expire_nodes` after the loss timeout; its tasks were fenced by their own launchers
-before that (the fence timeout is shorter), so no task runs twice.
+call carries the server's current settings (`AgentSettings`); the answer carries the
+agent's reports, what it runs, new log output and telemetry; a successful answer is the
+node's heartbeat. The actors are threaded, so that orders do not wait behind a drain. An
+agent that stops answering is declared lost by the dispatcher after the loss timeout; its
+tasks were fenced by their own launchers before that (the fence timeout is shorter), or
+are killed by its agent as soon as it reads the declaration (`corral.cluster.ray_lost`),
+so no task runs twice.
 
 Importing this module imports Ray; the rest of corral never does unless `--ray` is given.
 """
@@ -31,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from corral.cluster.exec_relay import Ticket, ticket_of
-from corral.cluster.ray_agent import NodeAgent
-from corral.messages import Reports, TaskLaunch, TaskStop
+from corral.cluster.log_shipping import Inbox
+from corral.cluster.ray_agent import PROTOCOL, NodeAgent
+from corral.cluster.ray_lost import LostMarker, declare_lost
+from corral.messages import CAUSES, AgentSettings, Reports, TaskLaunch, TaskStop
 from corral.model import Node
 from corral.model.spec import NodeSpec
-from corral.store import NotFound, Store
 
 try:
     import ray
@@ -59,6 +62,8 @@ HEARTBEAT_EVERY = 2.0
 AGENT_CONCURRENCY = 4
 # Seconds an exec session's actor call may take (it starts the command).
 SESSION_TIMEOUT = 15.0
+# An agent that has not answered for this many seconds is said to be late in the log.
+LATE = 3.0
 
 
 def connect(address: str, timeout: float = 30.0) -> None:
@@ -130,12 +135,20 @@ class _Agent:
     registered: bool = False
     draining: Any = None  # the pending drain() call
     drain_sent: float = 0.0
-    # Whether the agent's drain may wait for reports (see NodeAgent.hello).
-    long_poll: bool = False
+    # What the agent understands (see NodeAgent.hello): 2 and up, a drain that waits for
+    # reports; 3 and up, the server's settings with every call.
+    protocol: int = 1
+    # An agent of an older corral, replaced once it runs no task.
+    outdated: bool = False
     last_answer: float = 0.0
+    # Whether the server said the agent is late (no answer for a while).
+    late: bool = False
     last_heartbeat: float = 0.0
     running: set[tuple[str, int]] = field(default_factory=set)
     strays: set[tuple[str, int]] = field(default_factory=set)
+    # What the server stored of the agent's answers (see NodeAgent.drain), sent with
+    # every drain until a newer answer is stored.
+    receipt: dict[str, Any] | None = None
 
 
 class RayCluster:
@@ -143,26 +156,27 @@ class RayCluster:
 
     def __init__(
         self,
-        store: Store,
         log_dir: Path,
         *,
         agent_root: str = "~/.local/share/corral-agent",
-        fence_timeout: float = 4.0,
-        poll_interval: float = 1.0,
+        settings: AgentSettings | None = None,
         checkpoint_root: Path | None = None,
     ) -> None:
         """`log_dir` is the server's data directory, where the logs shipped from every
         node are written (as `corral logs` reads them); `agent_root` the directory of the
-        agents on their own nodes (`~` is theirs)."""
+        agents on their own nodes (`~` is theirs); `settings` what every agent is told to
+        follow."""
         if not ray.is_initialized():
             raise RuntimeError("connect to Ray first (corral.cluster.ray.connect)")
-        self.store = store
         self.log_dir = log_dir
         self.agent_root = agent_root
-        self.fence_timeout = fence_timeout
-        self.poll_interval = poll_interval
+        self.settings = settings or AgentSettings()
+        self.poll_interval = self.settings.poll_interval
         self.checkpoint_root = checkpoint_root
         self.reports: Reports | None = None
+        self._inbox = Inbox(log_dir / "logs")
+        # Reports were handed on since the last round: written before any receipt goes.
+        self._unwritten = False
         self._actor: Any = ray.remote(NodeAgent)
         self._agents: dict[str, _Agent] = {}  # by node id
         self._by_name: dict[str, _Agent] = {}
@@ -173,6 +187,8 @@ class RayCluster:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._discovered = -float("inf")
+        # Nodes whose outdated agent was killed, until its name is free again.
+        self._replacing: set[str] = set()
 
     # -- corral.cluster.Cluster ------------------------------------------------------------
 
@@ -222,7 +238,7 @@ class RayCluster:
             agent = self._by_name.get(node)
             if agent is None or not agent.registered:
                 return None
-            if time.time() - agent.last_answer > max(5 * self.poll_interval, 3.0):
+            if time.time() - agent.last_answer > max(5 * self.poll_interval, LATE):
                 return None
             return set(agent.running)
 
@@ -272,6 +288,22 @@ class RayCluster:
         with self._lock:
             return {a.name: a.node_id for a in self._agents.values() if a.registered}
 
+    def last_answer(self, node: str) -> float | None:
+        """When the node's agent last answered (Unix time), if it has since this server
+        started: the heartbeat in the store is written only every HEARTBEAT_EVERY."""
+        with self._lock:
+            agent = self._by_name.get(node)
+            return agent.last_answer if agent is not None and agent.last_answer else None
+
+    def declare_lost(self, nodes: list[str], at: float) -> None:
+        """Tell the agents of `nodes`, should they still reach Ray, that the server declared
+        them lost at `at`: they kill what they ran before then (corral.cluster.ray_lost)."""
+        try:
+            declare_lost(NAMESPACE, nodes, at)
+        except Exception as error:
+            # Their agents do not reach Ray either, then: their launchers fence by themselves.
+            log.warning("could not record the loss of %s in Ray: %s", ", ".join(nodes), error)
+
     # -- polling ---------------------------------------------------------------------------
 
     def _poll(self) -> None:
@@ -302,14 +334,11 @@ class RayCluster:
                 # A call that never came back (the node vanished): ask again.
                 agent.draining = None
             if agent.registered and agent.draining is None:
-                agent.draining = (
-                    agent.handle.drain.remote(self.poll_interval)
-                    if agent.long_poll
-                    else agent.handle.drain.remote()
-                )
+                agent.draining = self._drain(agent)
                 agent.drain_sent = time.time()
             if agent.draining is not None:
                 pending[agent.draining] = (agent, "drain")
+            self._note_lateness(agent)
         if not pending:
             return False
         refs = list(pending)
@@ -326,7 +355,7 @@ class RayCluster:
             except ray.exceptions.RayError as error:
                 # An agent that cannot answer is not alive: no heartbeat, and the next
                 # round asks again (a restarted actor answers again by itself).
-                log.warning("agent of %s did not answer %s: %s", agent.name, kind, error)
+                log.debug("agent of %s did not answer %s: %s", agent.name, kind, error)
                 if kind == "hello":
                     agent.hello = agent.handle.hello.remote()
                 else:
@@ -339,10 +368,33 @@ class RayCluster:
             else:
                 agent.draining = None
                 self._drained(agent, answer)
-                quick = quick and not agent.long_poll
+                quick = quick and agent.protocol < 2
+        if self._unwritten:
+            # The receipts sent with the next drains say these reports are stored.
+            self._unwritten = False
+            flush = getattr(self.reports, "flush", None)
+            if flush is not None:
+                flush()
         if quick:
             self._stop.wait(self.poll_interval)
         return True
+
+    def _drain(self, agent: _Agent) -> Any:
+        """The next drain call, as the agent's protocol has it."""
+        if agent.protocol >= 3:
+            return agent.handle.drain.remote(self.poll_interval, self.settings, agent.receipt)
+        if agent.protocol == 2:
+            return agent.handle.drain.remote(self.poll_interval)
+        return agent.handle.drain.remote()
+
+    def _note_lateness(self, agent: _Agent) -> None:
+        """Say in the server's log when an agent stops answering, and when it is back."""
+        if not agent.registered or not agent.last_answer:
+            return
+        silent = time.time() - agent.last_answer
+        if not agent.late and silent > LATE:
+            agent.late = True
+            log.warning("node %s is late: no answer for %.1f s", agent.name, silent)
 
     def _discover(self) -> None:
         nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
@@ -350,15 +402,33 @@ class RayCluster:
         with self._lock:
             for node_id in list(self._agents):
                 if node_id not in alive:
-                    # The node left Ray: stop asking; the dispatcher marks it lost when
-                    # its heartbeat is older than the loss timeout.
+                    # The node left Ray: stop asking; the dispatcher declares it lost when
+                    # its agent has not answered for the loss timeout.
                     gone = self._agents.pop(node_id)
                     if self._by_name.get(gone.name) is gone:
                         del self._by_name[gone.name]
-                    log.warning("Ray node %s (%s) is gone", gone.name, node_id)
+                    silent = time.time() - gone.last_answer if gone.last_answer else 0.0
+                    log.warning(
+                        "Ray says node %s (%s) is dead; its agent last answered %.1f s ago",
+                        gone.name,
+                        node_id,
+                        silent,
+                    )
             for node_id, node in alive.items():
-                if node_id not in self._agents:
+                if node_id not in self._agents and self._name_free(node_id):
                     self._agents[node_id] = self._start_agent(node)
+
+    def _name_free(self, node_id: str) -> bool:
+        """Whether no agent actor of the node is left (one being replaced takes a moment
+        to go after it was killed)."""
+        if node_id not in self._replacing:
+            return True
+        try:
+            ray.get_actor(f"agent-{node_id}", namespace=NAMESPACE)
+        except ValueError:
+            self._replacing.discard(node_id)
+            return True
+        return False
 
     def _start_agent(self, node: dict[str, Any]) -> _Agent:
         name = node_name(node)
@@ -376,10 +446,11 @@ class RayCluster:
         ).remote(
             name,
             self.agent_root,
-            self.fence_timeout,
+            self.settings,
             virtual,
             workloads_root=str(self.checkpoint_root) if self.checkpoint_root else None,
             address=node.get("NodeManagerAddress", "127.0.0.1"),
+            probe=LostMarker(NAMESPACE, name),
         )
         return _Agent(
             node_id,
@@ -393,81 +464,75 @@ class RayCluster:
     def _register(self, agent: _Agent, hello: dict[str, Any]) -> None:
         devices = hello["devices"]
         agent.last_answer = time.time()
-        agent.long_poll = hello.get("protocol", 1) >= 2
-        with self._lock:
-            if devices:
-                self.store.register_node(
-                    NodeSpec(
-                        Node(
-                            name=agent.name,
-                            gpus=len(devices),
-                            gpu_memory=hello["memory"],
-                            gpu_model=hello["model"],
-                            cpu=hello["cpu"],
-                            memory=hello["ram"],
-                            labels=agent.labels,
-                        ),
-                        devices,
-                        virtual=hello["source"] == "virtual",
-                        address=agent.address,
+        agent.protocol = int(hello.get("protocol", 1))
+        if agent.protocol < PROTOCOL:
+            agent.outdated = True
+            log.warning(
+                "the agent of node %s is of an older corral (protocol %d, this server's %d):"
+                " it is replaced once it runs no task",
+                agent.name,
+                agent.protocol,
+                PROTOCOL,
+            )
+        if devices and self.reports is not None:
+            self.reports.node_joined(
+                NodeSpec(
+                    Node(
+                        name=agent.name,
+                        gpus=len(devices),
+                        gpu_memory=hello["memory"],
+                        gpu_model=hello["model"],
+                        cpu=hello["cpu"],
+                        memory=hello["ram"],
+                        labels=agent.labels,
                     ),
-                    replace_existing=True,
+                    devices,
+                    virtual=hello["source"] == "virtual",
+                    address=agent.address,
                 )
-                log.info("node %s joined: %s", agent.name, hello["note"])
+            )
+            log.info("node %s joined: %s", agent.name, hello["note"])
+        with self._lock:
             agent.registered = True
             self._by_name[agent.name] = agent
 
-    def _current(self, workload: str, attempt: int) -> bool:
-        """Whether `attempt` is the workload's attempt now (or nobody knows)."""
-        if attempt < 0:
-            return True
+    def _replace(self, agent: _Agent) -> None:
+        """Kill an outdated agent that runs nothing; the next discovery starts a new one."""
+        log.warning("replacing the outdated agent of node %s: it runs no task", agent.name)
+        with self._lock:
+            self._agents.pop(agent.node_id, None)
+            if self._by_name.get(agent.name) is agent:
+                del self._by_name[agent.name]
+            self._replacing.add(agent.node_id)
         try:
-            return self.store.get_workload(workload).attempts == attempt
-        except NotFound:
-            return True
+            ray.kill(agent.handle, no_restart=True)
+        except Exception as error:
+            log.warning("could not kill the old agent of %s: %s", agent.name, error)
 
     def _drained(self, agent: _Agent, answer: dict[str, Any]) -> None:
-        agent.last_answer = time.time()
+        now = time.time()
+        if agent.late:
+            agent.late = False
+            log.info("node %s answers again after %.1f s", agent.name, now - agent.last_answer)
+        agent.last_answer = now
         agent.running = {(workload, task) for workload, task in answer["running"]}
         # An older agent finds no strays.
         agent.strays = {(workload, task) for workload, task in answer.get("strays", ())}
-        for workload, task, data in answer["logs"]:
-            path = self.log_dir / "logs" / workload / f"task-{task}.log"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "ab") as handle:
-                handle.write(data)
+        stored = {}
+        for chunk in answer["logs"]:
+            # (workload, task, offset, bytes); an agent of an older corral sends no offset.
+            workload, task, data = chunk[0], chunk[1], chunk[-1]
+            offset = chunk[2] if len(chunk) == 4 else None
+            stored[(workload, task)] = self._inbox.take(agent.name, workload, task, offset, data)
         reports = self.reports
         if reports is None:
             return
         for item in answer["reports"]:
-            kind, workload, task, attempt = item[:4]
-            with self._lock:
-                latest = self._latest.get((workload, task))
-            if latest is not None and latest != (agent.name, attempt):
-                # An older attempt of a task that was sent elsewhere or again since.
-                continue
-            if kind == "ended" and not self._current(workload, attempt):
-                # The end of an attempt that was requeued and bound again meanwhile (its
-                # new start may not even be sent yet): not the current task's end.
-                continue
-            if kind == "started":
-                reports.task_started(agent.name, workload, task, item[4], item[5])
-            elif kind == "ports":
-                reports.task_ports(agent.name, workload, task, item[4])
-            else:
-                reports.task_ended(
-                    agent.name,
-                    workload,
-                    task,
-                    item[4],
-                    item[5],
-                    attempt if attempt >= 0 else None,
-                    # An agent started before launches were numbered sends none.
-                    item[6] if len(item) > 6 else None,
-                )
-                with self._lock:
-                    if self._latest.get((workload, task)) == (agent.name, attempt):
-                        del self._latest[(workload, task)]  # kept only while it runs
+            self._report(agent, reports, item)
+        if "answer" in answer:
+            instance, number = answer["answer"]
+            agent.receipt = {"instance": instance, "answer": number, "logs": stored}
+            self._unwritten = True
         if agent.last_answer - agent.last_heartbeat >= HEARTBEAT_EVERY:
             agent.last_heartbeat = agent.last_answer
             reports.heartbeat(agent.name)
@@ -477,3 +542,37 @@ class RayCluster:
         checkpoints = answer.get("checkpoints")
         if isinstance(checkpoints, dict) and checkpoints:
             reports.checkpoints(agent.name, checkpoints)
+        if agent.outdated and not agent.running and not agent.strays:
+            self._replace(agent)
+
+    def _report(self, agent: _Agent, reports: Reports, item: tuple[Any, ...]) -> None:
+        """Pass on one report of the agent's (see NodeAgent's _Buffer for their shapes)."""
+        kind, workload, task, attempt = item[:4]
+        with self._lock:
+            latest = self._latest.get((workload, task))
+        if latest is not None and latest != (agent.name, attempt):
+            # An older attempt of a task that was sent elsewhere or again since.
+            return
+        if kind == "started":
+            reports.task_started(agent.name, workload, task, item[4], item[5])
+        elif kind == "ports":
+            reports.task_ports(agent.name, workload, task, item[4])
+        else:
+            # Agents of older corrals send no launch (before launches were numbered) or
+            # no cause.
+            cause = item[7] if len(item) > 7 and item[7] in CAUSES else None
+            if cause is not None:
+                log.warning("task %s/%d on %s %s: %s", workload, task, agent.name, cause, item[5])
+            reports.task_ended(
+                agent.name,
+                workload,
+                task,
+                item[4],
+                item[5],
+                attempt if attempt >= 0 else None,
+                item[6] if len(item) > 6 else None,
+                cause,
+            )
+            with self._lock:
+                if self._latest.get((workload, task)) == (agent.name, attempt):
+                    del self._latest[(workload, task)]  # kept only while it runs

@@ -5,16 +5,23 @@ necessary:
 
 - Reports are buffered and collected by the server, which keeps one `drain(wait)` call
   outstanding per node: it answers as soon as there is a report, or after `wait` seconds
-  with what runs. Each call is also the heartbeat, and it renews the node's lease. The
-  actor is threaded, so that starts, stops and port requests do not queue behind a
-  waiting drain.
+  with what runs. Each call is also the heartbeat, and carries the server's current
+  settings (`AgentSettings`). The actor is threaded, so that starts, stops and port
+  requests do not queue behind a waiting drain.
 - Task launchers are detached from the actor's process tree (a Ray worker kills its own
   children when its raylet dies, while their children live on) and fenced: a launcher
-  kills its own process group when the lease is older than the fence timeout, so a node
-  cut off from the control plane stops its tasks before the server, after its longer loss
-  timeout, places them anywhere else.
+  kills its own process group when the node's lease is older than the fence timeout. The
+  lease is renewed while the node is part of the cluster: by every call of the server,
+  and every second by a watchdog while the agent reaches Ray's control store (GCS), for
+  up to `server_absence` without a word from the server. A server that is down or
+  restarting therefore stops nothing; a node cut off from the cluster (its raylet dead,
+  its network gone) stops its tasks before the server, after its longer loss timeout,
+  places them anywhere else. The watchdog also reads whether the server declared this
+  node lost (`probe`), and then kills the tasks launched before that at once.
 - The server may not see this node's disk, so the log of every task is shipped back in
-  `drain()`, from where the previous call stopped.
+  `drain()`, from where the server last said it stored it (corral.cluster.log_shipping),
+  and the reports and checkpoint times of an answer are sent again until a call of the
+  server acknowledges that answer: a server killed with an answer in hand loses nothing.
 
 This module does not import Ray: `corral.cluster.ray` turns `NodeAgent` into an actor.
 """
@@ -22,25 +29,31 @@ This module does not import Ray: `corral.cluster.ray` turns `NodeAgent` into an 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import secrets
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from corral.agent import Agent, discover
 from corral.agent.process import TaskProcess
 from corral.cluster.exec_relay import SessionRelay, open_relayed
-from corral.messages import TaskLaunch, TaskStop
+from corral.cluster.log_shipping import Outbox
+from corral.messages import AgentSettings, TaskLaunch, TaskStop
 from corral.model import GIB
+from corral.model.spec import NodeSpec
 from corral.model.telemetry import Sample
 
+log = logging.getLogger("corral.agent")
+
 # What this agent understands (see `hello`).
-PROTOCOL = 2
-# At most this much of one task's log per drain; the rest follows in the next ones.
-LOG_CHUNK = 1 << 20
+PROTOCOL = 3
+# How often the watchdog asks the cluster whether this node is still part of it.
+WATCH_EVERY = 1.0
 
 
 class _Buffer:
@@ -71,6 +84,7 @@ class _Buffer:
         reason: str,
         attempt: int | None = None,
         launch: int | None = None,
+        cause: str | None = None,
     ) -> None:
         with self.lock:
             known = self.attempts.get((workload, task), -1)
@@ -79,7 +93,8 @@ class _Buffer:
                 # Only its own: the task may be started again already, for a later attempt
                 # (its end reported after the agent let go of it).
                 self.attempts.pop((workload, task), None)
-            self.items.append(("ended", workload, task, attempt, exit_code, reason, launch))
+            item = ("ended", workload, task, attempt, exit_code, reason, launch, cause)
+            self.items.append(item)
             self.added.notify_all()
 
     def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
@@ -89,6 +104,9 @@ class _Buffer:
 
     def heartbeat(self, node: str) -> None:
         """Nothing to do: the server's drain is the heartbeat."""
+
+    def node_joined(self, spec: NodeSpec) -> None:
+        """Nothing to do: the server registers this node from `hello`."""
 
     def samples(self, node: str, samples: list[Sample]) -> None:
         with self.lock:
@@ -125,18 +143,24 @@ class NodeAgent:
         self,
         name: str,
         agent_root: str,
-        fence_timeout: float,
+        settings: AgentSettings,
         virtual_gpus: int = 0,
         workloads_root: str | None = None,
         virtual_model: str = "virtual",
         virtual_memory: int = 80 * GIB,
         address: str = "127.0.0.1",
+        probe: Callable[[], float | None] | None = None,
     ) -> None:
+        """`probe` asks the cluster when the server declared this node lost (None: it did
+        not) and raises when the cluster cannot be reached; without one, only the server's
+        calls renew the lease."""
         self.name = name
+        self.settings = settings
         self.data_dir = Path(os.path.expanduser(agent_root)) / name
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.lease = self.data_dir / "lease"
-        self._renew()
+        self._write_lease(settings.fence_timeout)
+        self._heard = time.monotonic()
         found = discover(virtual_gpus or None, virtual_model, virtual_memory, default_virtual=0)
         # Virtual devices are named after the host; several nodes share one in tests.
         devices = tuple(
@@ -159,23 +183,70 @@ class NodeAgent:
             address=address,
         )
         self.agent.lease = self.lease
-        self.agent.fence_timeout = fence_timeout
+        self.agent.fence_timeout = settings.fence_timeout
         self.agent.start_thread()
         # The actor is threaded (see corral.cluster.ray): this guards what follows.
         self._lock = threading.Lock()
-        # Log shipping: how far each task's log was sent, and tasks whose log is final.
-        self._offsets: dict[tuple[str, int], int] = {}
-        self._ended: set[tuple[str, int]] = set()
+        # Log shipping: how far the server stored each task's log.
+        self._outbox = Outbox(self.data_dir / "log-offsets.json", self.agent.log_path)
+        # Answers the server has not acknowledged: (number, reports, checkpoint times).
+        self._instance = secrets.token_hex(8)
+        self._answers = 0
+        self._unacknowledged: list[tuple[int, list[tuple[Any, ...]], dict[str, float]]] = []
         self._ports: dict[int, float] = {}
         self._relay: SessionRelay | None = None
+        # The newest declaration of this node's loss that was acted on (server's clock).
+        self._declared = -float("inf")
+        self._probe = probe
+        self._stopping = threading.Event()
+        if probe is not None:
+            threading.Thread(target=self._watch, name="corral-watchdog", daemon=True).start()
+
+    # -- the lease -----------------------------------------------------------------------
+
+    def _write_lease(self, fence_timeout: float) -> None:
+        """Renew the lease, and write the fence timeout the launchers count with."""
+        temporary = self.lease.with_name("lease.tmp")
+        temporary.write_text(f"{fence_timeout:g}\n")
+        os.replace(temporary, self.lease)
 
     def _renew(self) -> None:
         """The server was heard from: renew the lease the launchers watch."""
+        self._heard = time.monotonic()
         self.lease.touch()
 
-    def hello(self) -> dict[str, Any]:
+    def configure(self, settings: AgentSettings | None) -> None:
+        """Take the server's current settings (sent with each call of a server that has
+        any): the fence timeout reaches the launchers of running tasks too."""
+        if settings is None or settings == self.settings:
+            return
+        if settings.fence_timeout != self.settings.fence_timeout:
+            self._write_lease(settings.fence_timeout)
+            self.agent.fence_timeout = settings.fence_timeout
+        log.info("node %s takes the server's settings: %s", self.name, settings)
+        self.settings = settings
+
+    def _watch(self) -> None:
+        """Every WATCH_EVERY seconds: renew the lease while the cluster answers (and the
+        server was heard from within `server_absence`), and fence the tasks launched
+        before the server declared this node lost."""
+        while not self._stopping.wait(WATCH_EVERY):
+            assert self._probe is not None
+            try:
+                declared = self._probe()
+            except Exception as error:
+                log.debug("the cluster did not answer: %s", error)
+                continue
+            if time.monotonic() - self._heard < self.settings.server_absence:
+                self.lease.touch()
+            if declared is not None and declared > self._declared:
+                self._declared = declared
+                self.agent.fence(declared, f"fenced: the server declared node {self.name} lost")
+
+    def hello(self, settings: AgentSettings | None = None) -> dict[str, Any]:
         """What the server registers: this node's devices and resources."""
         self._renew()
+        self.configure(settings)
         return {
             "devices": self.found.devices,
             "model": self.found.model,
@@ -186,8 +257,9 @@ class NodeAgent:
             "ram": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
             "pid": os.getpid(),
             "data_dir": str(self.data_dir),
-            # 2: `drain(wait)` and a threaded actor. An agent started by an older server
-            # (detached actors outlive it) says nothing, and is drained without waiting.
+            # 2: `drain(wait)` and a threaded actor; 3: the server's settings with every
+            # call. An agent started by an older corral (detached actors outlive it) says
+            # less, and is replaced once it runs no task.
             "protocol": PROTOCOL,
         }
 
@@ -210,11 +282,8 @@ class NodeAgent:
             fresh.append(dataclasses.replace(launch, env=env))
             with self.buffer.lock:
                 self.buffer.attempts[launch.key] = launch.attempt
-            log = self.agent.log_path(launch.workload, launch.task)
             with self._lock:
-                # What the log held before (an earlier attempt here) was shipped already.
-                self._offsets[launch.key] = log.stat().st_size if log.exists() else 0
-                self._ended.discard(launch.key)
+                self._outbox.watch(launch.key)
         self.agent.start(fresh)
 
     def stop(self, stops: list[TaskStop]) -> None:
@@ -237,15 +306,29 @@ class NodeAgent:
             self._ports[port] = now
         return port
 
-    def drain(self, wait: float = 0.0) -> dict[str, Any]:
+    def drain(
+        self,
+        wait: float = 0.0,
+        settings: AgentSettings | None = None,
+        receipt: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Everything since the last call: reports, what runs, new log output, the latest
         telemetry and checkpoint times. With `wait`, the answer waits up to that many
         seconds for a report (the agent's own loop notices a task's start or end within
-        its poll interval). Being called renews the lease."""
+        its poll interval). Being called renews the lease.
+
+        `receipt` is what the server stored of the answers before: the number of the
+        newest answer whose reports it took in, and how far it stored each log. Reports
+        and checkpoint times of answers it does not acknowledge are sent again, logs from
+        where it stored them. A server that sends no settings (an older corral) sends
+        no receipt either, and nothing is sent twice."""
         self._renew()
+        self.configure(settings)
         self.agent.tick()
+        with self._lock:
+            again = self._acknowledged(receipt)
         with self.buffer.added:
-            if not self.buffer.items and wait > 0:
+            if not self.buffer.items and not again and wait > 0:
                 self.buffer.added.wait(wait)
             items, self.buffer.items = self.buffer.items, []
             samples, self.buffer.latest = self.buffer.latest, []
@@ -253,36 +336,38 @@ class NodeAgent:
         with self._lock:
             for item in items:
                 if item[0] == "ended":
-                    self._ended.add((item[1], item[2]))
-            logs = self._ship_logs()
+                    self._outbox.finish((item[1], item[2]))
+            reports = [item for _, old, _ in again for item in old] + items
+            times: dict[str, float] = {}
+            for _, _, old_times in again:
+                times.update(old_times)
+            times.update(checkpoints)
+            self._answers += 1
+            if settings is not None:
+                # Kept, with what this answer sends again, until the server says it has it.
+                self._unacknowledged = [(self._answers, reports, times)]
+            logs = self._outbox.chunks()
         return {
-            "reports": items,
+            "reports": reports,
             "running": sorted(self.agent.running()),
             "strays": sorted(self.agent.strays()),
             "logs": logs,
             "samples": samples,
             # Newer than the server knows: an older server ignores the key.
-            "checkpoints": checkpoints,
+            "checkpoints": times,
+            "answer": [self._instance, self._answers],
         }
 
-    def _ship_logs(self) -> list[tuple[str, int, bytes]]:
-        chunks = []
-        for key, offset in list(self._offsets.items()):
-            path = self.agent.log_path(*key)
-            try:
-                with open(path, "rb") as handle:
-                    handle.seek(offset)
-                    data = handle.read(LOG_CHUNK)
-            except OSError:
-                data = b""
-            if data:
-                self._offsets[key] = offset + len(data)
-                chunks.append((key[0], key[1], data))
-            elif key in self._ended:
-                # Ended and sent to the last byte.
-                del self._offsets[key]
-                self._ended.discard(key)
-        return chunks
+    def _acknowledged(
+        self, receipt: Mapping[str, Any] | None
+    ) -> list[tuple[int, list[tuple[Any, ...]], dict[str, float]]]:
+        """Forget what `receipt` acknowledges; the answers it does not, to send again."""
+        if receipt is not None:
+            self._outbox.acknowledge(receipt.get("logs") or {})
+            if receipt.get("instance") == self._instance:
+                newest = int(receipt.get("answer", 0))
+                self._unacknowledged = [a for a in self._unacknowledged if a[0] > newest]
+        return self._unacknowledged
 
     def open_session(
         self, workload: str, task: int, command: list[str], tty: bool
@@ -298,6 +383,7 @@ class NodeAgent:
     def close(self) -> None:
         """Stop watching; the tasks keep running (and keep their lease only while a new
         agent renews it)."""
+        self._stopping.set()
         if self._relay is not None:
             self._relay.close()
         self.agent.close()

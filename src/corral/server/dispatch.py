@@ -22,6 +22,7 @@ from pathlib import Path
 from corral.cluster import Cluster
 from corral.messages import TaskLaunch, TaskStop
 from corral.model import DEFAULT_GRACE_PERIOD
+from corral.model.spec import NodeSpec
 from corral.model.telemetry import Sample
 from corral.server.accounts import unix_users
 from corral.server.reports import ReportWriter
@@ -142,6 +143,8 @@ class Dispatcher:
         self.wake_scheduler = wake_scheduler
         self.node_timeout = node_timeout
         self.reconcile_interval = reconcile_interval
+        # No node is declared lost before a node timeout has passed since this start.
+        self.started_at = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # An optional capability of a cluster (corral.cluster): where rank 0's agent finds
@@ -252,11 +255,20 @@ class Dispatcher:
         reason: str,
         attempt: int | None = None,
         launch: int | None = None,
+        cause: str | None = None,
     ) -> None:
-        self.reports.put(Ended(node, workload, task, exit_code, reason, attempt, launch))
+        self.reports.put(Ended(node, workload, task, exit_code, reason, attempt, launch, cause))
 
     def heartbeat(self, node: str) -> None:
         self.reports.put(Beat(node))
+
+    def flush(self) -> None:
+        """Wait until the reports handed on so far are in the store."""
+        self.reports.flush()
+
+    def node_joined(self, spec: NodeSpec) -> None:
+        """Register the node (again), with the devices its agent found; its work is kept."""
+        self.store.register_node(spec, replace_existing=True)
 
     def checkpoints(self, node: str, times: Mapping[str, float]) -> None:
         # What the transport carried is checked here: a name and a finite time each.
@@ -353,41 +365,44 @@ class Dispatcher:
                 )
 
     def expire(self, nodes: list[NodeState] | None = None) -> list[str]:
-        """Mark nodes that stopped answering lost; their workloads go back to pending, and
-        the tasks a requeued gang still has on other nodes are stopped before the
-        scheduler may place it again (else a task of the old attempt could be taken for
-        the new one where both land on the same node)."""
-        limit = time.time() - self.node_timeout
-        stale = {
-            record.name
-            for record in (self.store.node_states() if nodes is None else nodes)
-            if record.state == "ready" and (record.heartbeat_at or 0.0) < limit
-        }
-        if not stale:
+        """Declare lost the nodes whose agent has not answered for the node timeout, counted
+        from this server's start at the earliest: a restarted server has heard nobody yet,
+        and a node is lost only when its agent could have answered and did not. Their
+        workloads go back to pending, and the tasks a requeued gang still has on other
+        nodes are stopped before the scheduler may place it again (else a task of the old
+        attempt could be taken for the new one where both land on the same node)."""
+        now = time.time()
+        limit = now - self.node_timeout
+        if self.started_at > limit:
             return []
-        decided = time.time()
-        before = self.store.bound_work(nodes=stale)
-        lost = self.store.expire_nodes(self.node_timeout)
+        answered = getattr(self.cluster, "last_answer", None)
+        silent: dict[str, float] = {}
+        for record in self.store.node_states() if nodes is None else nodes:
+            if record.state != "ready":
+                continue
+            last = max(record.heartbeat_at or 0.0, (answered and answered(record.name)) or 0.0)
+            if last < limit:
+                silent[record.name] = now - max(last, self.started_at)
+        if not silent:
+            return []
+        lost, stopped = self.store.expire_nodes(silent, limit)
         if not lost:
             return lost
-        stops: list[TaskStop] = []
-        for work in before:
-            if not any(t.node in lost for t in work.tasks):
-                continue
-            others: dict[str, list[int]] = {}
-            for task in work.tasks:
-                if task.node not in lost and task.state != "exited":
-                    others.setdefault(task.node, []).append(task.task)
-            why = f"requeued: node {', '.join(sorted(lost))} was lost"
-            grace = work.workload.spec.grace_period
-            stops.extend(
-                TaskStop(work.workload.name, node, tuple(tasks), why, grace, decided)
-                for node, tasks in sorted(others.items())
-            )
-        if stops:
-            self.cluster.stop(stops)
+        declare = getattr(self.cluster, "declare_lost", None)
+        if declare is not None:
+            declare(lost, now)
+        for node in lost:
+            log.warning("node %s is lost: no answer for %.1f s", node, silent[node])
+        self.release(stopped)
         self.wake_scheduler()
         return lost
+
+    def settle(self) -> None:
+        """Decide the failures that waited to learn whether a node was lost."""
+        stopped = self.store.settle_failing(self.node_timeout + self.reconcile_interval)
+        if stopped:
+            self.release(stopped)
+            self.wake_scheduler()
 
     def start_monitor(self) -> None:
         self._thread = threading.Thread(target=self._monitor, name="corral-monitor", daemon=True)
@@ -409,6 +424,7 @@ class Dispatcher:
                 nodes = self.store.node_states()
                 if self.expire(nodes):
                     nodes = self.store.node_states()
+                self.settle()
                 self.reconcile(nodes)
             except Exception:
                 log.exception("reconciling failed")

@@ -110,40 +110,50 @@ class RayOptions:
     checkpoint_root: Path | None = None
     # A node whose agent has not answered for this long is lost and its work requeued.
     loss_timeout: float = 10.0
-    # Tasks of an agent that has not heard from the server for this long stop by
-    # themselves; shorter than the loss timeout, so no task runs twice.
+    # Tasks of a node cut off from the cluster stop by themselves after this long; shorter
+    # than the loss timeout, so no task runs twice.
     fence_timeout: float = 4.0
     agent_root: str = "~/.local/share/corral-agent"
+    # Tasks of a node still in the cluster run on this long without a word from the server.
+    server_absence: float = 600.0
 
 
 # How often the dispatcher looks for lost nodes (its reconcile interval).
 EXPIRY_CHECK = 2.0
+# The most a lease may be older than the agent's last answer (its watchdog renews it every
+# second) plus how often a launcher looks at it, and some slack on a loaded machine.
+FENCE_SLACK = 1.0 + 0.5 + 2.0
 
 
-def ray_cluster(store: Store, data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
+def ray_cluster(data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
     """Connect to Ray and make the cluster of its nodes' agents; also the node timeout
     the dispatcher needs for a node to be lost within the loss timeout."""
-    from corral.cluster.ray import HEARTBEAT_EVERY, RayCluster, connect
+    from corral.cluster.ray import RayCluster, connect
+    from corral.messages import AgentSettings
 
-    # The last heartbeat may be HEARTBEAT_EVERY older than the last lease renewal, and a
-    # launcher looks at its lease every 0.5 s: keep a margin of more than a second.
-    margin = options.loss_timeout - EXPIRY_CHECK - HEARTBEAT_EVERY - options.fence_timeout
-    if margin < 2.0:
+    # A node is declared lost (and its work placed elsewhere) a node timeout after its
+    # agent's last answer; its tasks must have stopped by then.
+    node_timeout = options.loss_timeout - EXPIRY_CHECK
+    if options.fence_timeout + FENCE_SLACK > node_timeout:
         raise ValueError(
             f"the fence timeout ({options.fence_timeout:g} s) must be shorter than the loss"
-            f" timeout ({options.loss_timeout:g} s) by {EXPIRY_CHECK + HEARTBEAT_EVERY + 2:g} s"
+            f" timeout ({options.loss_timeout:g} s) by {EXPIRY_CHECK + FENCE_SLACK:g} s"
             " at least"
         )
 
     connect(options.address)
+    settings = AgentSettings(
+        fence_timeout=options.fence_timeout,
+        loss_timeout=options.loss_timeout,
+        server_absence=options.server_absence,
+    )
     cluster = RayCluster(
-        store,
         data_dir,
         agent_root=options.agent_root,
-        fence_timeout=options.fence_timeout,
+        settings=settings,
         checkpoint_root=options.checkpoint_root,
     )
-    return cluster, options.loss_timeout - EXPIRY_CHECK
+    return cluster, node_timeout
 
 
 def serve(
@@ -162,7 +172,7 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     store, token = open_store(data_dir, db_url, admin_unix_user, secret_key_file)
     if ray is not None:
-        cluster, node_timeout = ray_cluster(store, data_dir, ray)
+        cluster, node_timeout = ray_cluster(data_dir, ray)
         print(f"Ray cluster at {ray.address}: an agent on every node", flush=True)
         app = create_app(
             store,
@@ -251,7 +261,7 @@ def up(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     store, token = open_store(data_dir, db_url, admin_unix_user)
     if ray is not None:
-        ray_cluster_, node_timeout = ray_cluster(store, data_dir, ray)
+        ray_cluster_, node_timeout = ray_cluster(data_dir, ray)
         app = create_app(
             store,
             cluster=ray_cluster_,

@@ -450,20 +450,36 @@ class Store(Database):
         reason: str,
         attempt: int | None = None,
         launch: int | None = None,
+        cause: str | None = None,
     ) -> list[Release]:
         """A task's process ended. A task that is no longer bound (evicted, suspended,
         deleted), the end of an earlier `attempt` than the workload's current one (a
         preempted process whose end arrives after the workload was bound again), or of
         another `launch` of the task than the one bound now (an elastic workload's task
-        evicted and bound again in the same attempt), changes nothing more. Otherwise exit
-        0 marks the task done, and the workload succeeds when every task is; any other end
-        stops the rest of the gang and sends the workload back to pending, or to failed
-        once its retries are used up.
+        evicted and bound again in the same attempt), changes nothing more. An end that
+        corral caused (`cause`: its node fenced, an order of the server's) requeues the
+        workload whole without using a retry. Otherwise exit 0 marks the task done, and
+        the workload succeeds when every task is; any other end is the workload's failure:
+        the rest of the gang stops and the workload goes back to pending, or to failed once
+        its retries are used up. Whether it is waits while a node of another of its tasks
+        has not been heard from since (see `settle_failing`).
         Returns the sibling tasks to stop."""
         # It changes this workload alone: the scheduler re-reads only it.
         with self.write(touched=(workload,)) as session:
             decided = time.time()
-            stopped = tasks.task_ended(session, workload, task, exit_code, reason, attempt, launch)
+            stopped = tasks.task_ended(
+                session, workload, task, exit_code, reason, attempt, launch, cause=cause
+            )
+            return tasks.stamped(stopped, decided)
+
+    def settle_failing(self, timeout: float) -> list[Release]:
+        """Decide the failures that waited for a node to be heard from (see
+        `tasks.settle_failing`); returns the tasks to stop."""
+        with self.write(relevant=False) as session:
+            decided = time.time()
+            stopped, names = tasks.settle_failing(session, timeout)
+            if names:
+                self.bump(session, names)
             return tasks.stamped(stopped, decided)
 
     def write_reports(self, batch: Sequence[reports.Report]) -> reports.Outcome:
@@ -489,11 +505,17 @@ class Store(Database):
             if nodes.heartbeat(session, node):
                 self.bump(session)
 
-    def expire_nodes(self, timeout: float) -> list[str]:
-        """Mark nodes whose agent has not been heard from for `timeout` seconds unavailable,
-        and send their workloads back to pending (a gang as a whole). Returns the nodes."""
+    def expire_nodes(
+        self, silent: Mapping[str, float], limit: float
+    ) -> tuple[list[str], list[Release]]:
+        """Declare lost the nodes of `silent` (name -> seconds since their agent answered)
+        with no heartbeat since `limit`, and send their workloads back to pending (a gang
+        as a whole, no retry used). Returns the nodes, and the tasks those workloads had
+        on other nodes, to stop."""
         with self.write() as session:
-            return nodes.expire_nodes(session, timeout)
+            decided = time.time()
+            lost, stopped = nodes.expire_nodes(session, silent, limit)
+            return lost, tasks.stamped(stopped, decided)
 
     # -- users and tokens ----------------------------------------------------------------
 

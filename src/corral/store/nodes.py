@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import cast
 
 from sqlalchemy import Table, select, update
@@ -13,8 +13,9 @@ from corral.model.spec import Device, NodeSpec
 from corral.store.convert import node_of, node_placements, node_record
 from corral.store.errors import Conflict, Invalid, NotFound
 from corral.store.events import add_event, add_events, event_values
-from corral.store.records import NodeRecord, NodeState, TaskOnNode
+from corral.store.records import NodeRecord, NodeState, Release, TaskOnNode
 from corral.store.schema import DeviceRow, NodeRow, PlacementRow, QueueRow, WorkloadRow
+from corral.store.tasks import requeue
 
 NODES = cast(Table, NodeRow.__table__)
 
@@ -88,7 +89,7 @@ def set_schedulable(session: Session, name: str, schedulable: bool) -> NodeRecor
 def remove_node(session: Session, name: str) -> list[str]:
     """Remove a node; its workloads go back to pending. Returns their names."""
     row = node_row(session, name)
-    requeued = requeue_node(session, row, f"node {name} was removed")
+    requeued, _ = requeue_node(session, row, f"node {name} was removed")
     session.delete(row)
     add_event(session, "node-removed", "api", "", node=name)
     return requeued
@@ -193,23 +194,35 @@ def heartbeats(session: Session, names: Collection[str]) -> bool:
     return bool(revived)
 
 
-def expire_nodes(session: Session, timeout: float) -> list[str]:
-    """Mark nodes unheard of for `timeout` seconds unavailable and requeue their work."""
-    limit = time.time() - timeout
+def expire_nodes(
+    session: Session, silent: Mapping[str, float], limit: float
+) -> tuple[list[str], list[Release]]:
+    """Declare lost the nodes of `silent` (name -> seconds since their agent last answered)
+    that are ready and have no heartbeat since `limit`, and requeue their workloads, each
+    gang as a whole. Returns the nodes, and the tasks their workloads still had running
+    on other nodes (to stop)."""
     rows = session.scalars(
-        select(NodeRow).where(NodeRow.state == "ready", NodeRow.heartbeat_at < limit)
+        select(NodeRow)
+        .where(
+            NodeRow.name.in_(sorted(silent)),
+            NodeRow.state == "ready",
+            NodeRow.heartbeat_at < limit,
+        )
+        .order_by(NodeRow.name)
     ).all()
+    stopped: list[Release] = []
     for row in rows:
         row.state = "unavailable"
-        add_event(
-            session, "node-unavailable", "monitor", f"no heartbeat for {timeout:g} s", node=row.name
-        )
-        requeue_node(session, row, f"node {row.name} stopped responding")
-    return [row.name for row in rows]
+        quiet = f"no answer for {silent[row.name]:.0f} s"
+        add_event(session, "node-unavailable", "monitor", quiet, node=row.name)
+        _, releases = requeue_node(session, row, f"node {row.name} was lost ({quiet})")
+        stopped.extend(r for r in releases if r.node != row.name)
+    return [row.name for row in rows], stopped
 
 
-def requeue_node(session: Session, row: NodeRow, why: str) -> list[str]:
-    """Send every workload with a task on `row` back to pending, a gang as a whole."""
+def requeue_node(session: Session, row: NodeRow, why: str) -> tuple[list[str], list[Release]]:
+    """Send every workload with a task on `row` back to pending, a gang as a whole, as
+    after a preemption (no retry used). Returns their names and their tasks to stop."""
     # IN, not DISTINCT: PostgreSQL cannot compare the JSON columns DISTINCT would.
     affected = session.scalars(
         select(WorkloadRow)
@@ -220,10 +233,7 @@ def requeue_node(session: Session, row: NodeRow, why: str) -> list[str]:
         )
         .order_by(WorkloadRow.id)
     ).all()
+    stopped: list[Release] = []
     for workload in affected:
-        workload.placements.clear()
-        workload.status = "pending"
-        workload.pending_since = time.time()
-        workload.reason = why
-        add_event(session, "requeued", "node", why, workload=workload.name, node=row.name)
-    return [workload.name for workload in affected]
+        stopped.extend(requeue(session, workload, why, row.name, "node"))
+    return [workload.name for workload in affected], stopped

@@ -38,6 +38,8 @@ class Ended:
     reason: str
     attempt: int | None = None
     launch: int | None = None
+    # One of corral.messages.CAUSES when corral ended it; None: it ended by itself.
+    cause: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,7 @@ def write_reports(session: Session, reports: Sequence[Report]) -> Outcome:
                     report.attempt,
                     report.launch,
                     rows,
+                    report.cause,
                 )
             )
             outcome.ended.add(report.workload)

@@ -180,6 +180,11 @@ class WorkloadRow(Base):
     lost_gpu_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     lost_since: Mapped[float | None] = mapped_column(Float, nullable=True)
     lost_since_checkpoint: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # A task ended by itself with a non-zero code while another task of the workload ran
+    # on a node not heard from since (0017_failing): when, and what ended. Whether that is
+    # the workload's failure waits until that node answers or is declared lost.
+    failing_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    failing_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     queue: Mapped[QueueRow] = relationship()
     task_groups: Mapped[list[TaskGroupRow]] = relationship(
@@ -225,7 +230,8 @@ class PlacementRow(Base):
     devices: Mapped[list[Any]] = mapped_column(JSON, default=list)
     gpu: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[float] = mapped_column(Float)
-    # bound (decided, not started yet) | running | exited (with exit_code 0, gang not done)
+    # bound (decided, not started yet) | running | exited (with its exit_code: 0, gang not
+    # done; or another, while the gang's verdict waits: see WorkloadRow.failing_since)
     state: Mapped[str] = mapped_column(String(16), default="bound")
     # The task's process: pid and start time identify it across restarts.
     pid: Mapped[int | None] = mapped_column(Integer)

@@ -169,9 +169,10 @@ def task_ended(
     attempt: int | None = None,
     launch: int | None = None,
     rows: Mapping[str, WorkloadRow] | None = None,
+    cause: str | None = None,
 ) -> list[Release]:
     """A task's process ended (see `Store.task_ended`). Returns the sibling tasks to stop.
-    `rows` as for `task_started`."""
+    `rows` as for `task_started`; `cause` as the agent reported it (corral.messages)."""
     rows = bound_rows(session, (workload,)) if rows is None else rows
     row = rows.get(workload)
     placement = placement_in(row, task)
@@ -185,30 +186,128 @@ def task_ended(
         # An earlier binding of this task within the same attempt (an elastic workload's
         # task evicted, then bound again as the workload grew): not this binding's end.
         return []
-    if exit_code == 0:
-        _task_succeeded(session, row, placement, reason)
-        return []
     node = placement.node.name
     why = f"task {task} on {node} {reason}"
+    if cause is not None:
+        # Corral ended it (its node was cut off, or an order of the server's): never the
+        # workload's failure, whatever its exit code.
+        return requeue(session, row, why, node, "agent", ended=task)
+    if exit_code == 0:
+        _task_succeeded(session, row, placement, reason)
+        if row.failing_since is None:
+            return []
+    else:
+        placement.state = "exited"
+        placement.exit_code = exit_code
+        if row.failing_since is None:
+            row.failing_since = time.time()
+            row.failing_reason = why
+        elif len(row.failing_reason or "") < 2000:
+            row.failing_reason = f"{row.failing_reason}; {why}"
+    # The reporting node has just been heard from.
+    waiting = [n for n in unheard_nodes(row, row.failing_since) if n != node]
+    if not waiting:
+        return fail(session, row)
+    row.reason = (
+        f"{row.failing_reason}; whether the workload failed waits for node"
+        f" {', '.join(waiting)} (a lost node's gang is requeued, not failed)"
+    )
+    if exit_code != 0:
+        add_event(
+            session,
+            "task-exited",
+            "agent",
+            f"{why}; the verdict waits for {', '.join(waiting)}",
+            workload=workload,
+            node=node,
+        )
+    return []
+
+
+# A node counts as heard from after a task's end when its heartbeat is this much newer:
+# a heartbeat is written when a batch of reports is, after the agent's answer it stands for.
+HEARD_MARGIN = 1.0
+
+
+def unheard_nodes(row: WorkloadRow, since: float) -> list[str]:
+    """The nodes of the workload's running tasks whose agent has not been heard from since
+    `since` (a task's end): while one is late, a failing gang may be the victim of a lost
+    node rather than the cause of its own failure."""
+    nodes = {p.node.name: p.node for p in row.placements if p.state != "exited"}
+    return sorted(
+        name
+        for name, node in nodes.items()
+        if node.state != "ready" or (node.heartbeat_at or 0.0) < since + HEARD_MARGIN
+    )
+
+
+def fail(session: Session, row: WorkloadRow) -> list[Release]:
+    """The workload's own failure (`failing_reason`): its other tasks stop, and it goes back
+    to pending while it has retries left (`backoff_limit`), else it has failed. Returns
+    the tasks to stop."""
+    why = row.failing_reason or "a task failed"
+    exited = [p for p in row.placements if p.state == "exited" and p.exit_code not in (0, None)]
+    node = exited[0].node.name if exited else None
+    code = exited[0].exit_code if exited else None
     stopped = releases(
-        row,
-        {p.task for p in row.placements if p.task != task and p.state != "exited"},
-        f"stopped: {why}",
+        row, {p.task for p in row.placements if p.state != "exited"}, f"stopped: {why}"
     )
     row.placements.clear()
+    row.failing_since = None
+    row.failing_reason = None
     row.failures += 1
-    row.exit_code = exit_code
+    row.exit_code = code
     if row.failures <= row.backoff_limit:
         row.status = "pending"
         row.pending_since = time.time()
         row.reason = f"retrying ({row.failures} of {row.backoff_limit}): {why}"
-        add_event(session, "retrying", "agent", why, workload=workload, node=node)
+        add_event(session, "retrying", "agent", why, workload=row.name, node=node)
     else:
         row.status = "failed"
         row.reason = why
         row.finished_at = time.time()
-        add_event(session, "failed", "agent", why, workload=workload, node=node)
+        add_event(session, "failed", "agent", why, workload=row.name, node=node)
     return stopped
+
+
+def requeue(
+    session: Session, row: WorkloadRow, why: str, node: str, cause: str, ended: int = -1
+) -> list[Release]:
+    """Send a workload back to pending as a whole, as after a preemption: its end was not
+    its own doing (a lost or fenced node), so no retry is used. Returns its tasks that
+    still run (but task `ended`), to stop."""
+    running = {p.task for p in row.placements if p.state != "exited" and p.task != ended}
+    stopped = releases(row, running, f"requeued: {why}")
+    row.placements.clear()
+    row.failing_since = None
+    row.failing_reason = None
+    row.status = "pending"
+    row.pending_since = time.time()
+    row.reason = f"requeued: {why}"
+    add_event(session, "requeued", cause, why, workload=row.name, node=node)
+    return stopped
+
+
+def settle_failing(session: Session, timeout: float) -> tuple[list[Release], set[str]]:
+    """Decide the workloads whose verdict waits (see `task_ended`): failed once every node
+    of their running tasks has been heard from since, or after `timeout` (the loss
+    timeout: a node not heard from for that long is declared lost, and its workloads were
+    requeued already). Returns the tasks to stop and the workloads decided."""
+    now = time.time()
+    rows = session.scalars(
+        select(WorkloadRow)
+        .where(WorkloadRow.failing_since.is_not(None), WorkloadRow.status == "running")
+        .options(selectinload(WorkloadRow.placements).selectinload(PlacementRow.node))
+    ).all()
+    stopped: list[Release] = []
+    decided: set[str] = set()
+    for row in rows:
+        since = row.failing_since or now
+        if now - since < timeout and unheard_nodes(row, since):
+            continue
+        stopped.extend(fail(session, row))
+        decided.add(row.name)
+    return stopped, decided
 
 
 def _task_succeeded(
@@ -226,7 +325,7 @@ def _task_succeeded(
         node=placement.node.name,
     )
     total = sum(group.replicas for group in row.task_groups)
-    done = [p for p in row.placements if p.state == "exited"]
+    done = [p for p in row.placements if p.state == "exited" and p.exit_code == 0]
     if len(done) == len(row.placements) and len(row.placements) >= min(
         total, row.min_available or total
     ):

@@ -1,0 +1,202 @@
+"""Task logs from the nodes to the server: sent at least once, stored exactly once.
+
+A node's agent writes each task's output to a file on its own disk, and ships it to the
+server in its answers (corral.cluster.ray_agent). Either side may die at any moment: the
+server between receiving a chunk and storing it, the agent between reading a chunk and
+hearing that it was stored. So:
+
+- The agent (`Outbox`) sends every chunk from the offset the server last acknowledged,
+  again and again until an acknowledgement comes, and keeps those offsets in a file of
+  its own, so that an agent restarted by Ray goes on where the server stands.
+- The server (`Inbox`) stores a chunk only past what it already has from that node, and
+  records after each write, in an index beside the log (`task-N.log.idx`, one line per
+  write: node, the node's offset, the log's size), how far it got. Bytes past the last
+  recorded size (a write the server was killed in the middle of) are cut off when the
+  index is read again, and come again from the node, whose offset was not acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+Key = tuple[str, int]  # (workload, task)
+# At most this much of one task's log per answer; the rest follows in the next ones.
+CHUNK = 1 << 20
+# Index states the server keeps in memory (one per task log written lately).
+CACHED = 10_000
+
+
+class Outbox:
+    """The agent's side: what of each task's log the server acknowledged."""
+
+    def __init__(self, state_file: Path, path_of: Callable[[str, int], Path]) -> None:
+        self.state_file = state_file
+        self.path_of = path_of
+        self.offsets: dict[Key, int] = {}
+        # Tasks whose log is complete: forgotten once acknowledged to its end.
+        self.ended: set[Key] = set()
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            for workload, task, offset, ended in json.loads(state_file.read_text()):
+                key = (str(workload), int(task))
+                self.offsets[key] = int(offset)
+                if ended:
+                    self.ended.add(key)
+
+    def watch(self, key: Key) -> None:
+        """A task starts here: ship its log from where the server stands; for a log this
+        node never shipped (or forgot once it was acknowledged to its end), from its end,
+        since an earlier attempt's output in it reached the server already."""
+        if key not in self.offsets:
+            path = self.path_of(*key)
+            self.offsets[key] = path.stat().st_size if path.exists() else 0
+            self._save()
+        self.ended.discard(key)
+
+    def finish(self, key: Key) -> None:
+        """The task ended: its log grows no more."""
+        if key in self.offsets and key not in self.ended:
+            self.ended.add(key)
+            self._save()
+
+    def acknowledge(self, stored: Mapping[Key, int]) -> None:
+        """The server stored these logs up to these offsets."""
+        changed = False
+        for key, offset in stored.items():
+            if key in self.offsets and offset > self.offsets[key]:
+                self.offsets[key] = offset
+                changed = True
+        if changed:
+            self._save()
+
+    def chunks(self) -> list[tuple[str, int, int, bytes]]:
+        """What the server has not acknowledged yet, as (workload, task, offset, bytes),
+        at most CHUNK per task; forgets the logs acknowledged to the end of a task."""
+        found = []
+        forgotten = False
+        for key, offset in list(self.offsets.items()):
+            try:
+                with open(self.path_of(*key), "rb") as handle:
+                    handle.seek(offset)
+                    data = handle.read(CHUNK)
+            except OSError:
+                data = b""
+            if data:
+                found.append((key[0], key[1], offset, data))
+            elif key in self.ended:
+                del self.offsets[key]
+                self.ended.discard(key)
+                forgotten = True
+        if forgotten:
+            self._save()
+        return found
+
+    def _save(self) -> None:
+        state = [[w, t, offset, (w, t) in self.ended] for (w, t), offset in self.offsets.items()]
+        temporary = self.state_file.with_name(self.state_file.name + ".tmp")
+        temporary.write_text(json.dumps(state))
+        os.replace(temporary, self.state_file)
+
+
+@dataclass(slots=True)
+class _Stored:
+    """How far a task's log on the server got: its size, and each node's offset in it."""
+
+    size: int = 0
+    nodes: dict[str, int] = field(default_factory=dict)
+
+
+class Inbox:
+    """The server's side: task logs under `root` (DATA_DIR/logs), stored exactly once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._stored: OrderedDict[Key, _Stored] = OrderedDict()
+
+    def path(self, workload: str, task: int) -> Path:
+        return self.root / workload / f"task-{task}.log"
+
+    def take(self, node: str, workload: str, task: int, offset: int | None, data: bytes) -> int:
+        """Store what of `data` (found at `offset` in the node's log of the task) is not
+        stored yet, and return how far the node's log is stored now. An `offset` of None
+        (an agent of an older corral) stores it all."""
+        key = (workload, task)
+        stored = self._load(key)
+        have = stored.nodes.get(node)
+        if offset is not None and have is not None and offset < have:
+            data = data[min(have - offset, len(data)) :]
+            offset = have
+        end = (offset or 0) + len(data)
+        if not data:
+            return have if have is not None else end
+        path = self.path(workload, task)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+        descriptor = os.open(path, flags, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.seek(stored.size)
+            handle.write(data)
+            handle.truncate()
+        stored.size += len(data)
+        if offset is not None:
+            stored.nodes[node] = end
+        with open(self._index(key), "a") as index:
+            index.write(f"{node} {stored.nodes.get(node, -1)} {stored.size}\n")
+        return end
+
+    def _index(self, key: Key) -> Path:
+        return self.path(*key).with_suffix(".log.idx")
+
+    def _load(self, key: Key) -> _Stored:
+        stored = self._stored.get(key)
+        if stored is not None:
+            self._stored.move_to_end(key)
+            return stored
+        path = self.path(*key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stored = _read_index(self._index(key), path)
+        self._stored[key] = stored
+        while len(self._stored) > CACHED:
+            self._stored.popitem(last=False)
+        return stored
+
+
+def _read_index(index: Path, log: Path) -> _Stored:
+    """The state of a task's log, from its index; cuts off what the log holds past the
+    last recorded size (a write that was not recorded), and writes the index anew, one
+    line per node."""
+    stored = _Stored()
+    lines: list[str] = []
+    with contextlib.suppress(OSError):
+        # The last piece has no newline: empty, or a line the server was killed writing.
+        lines = index.read_text().split("\n")[:-1]
+    for line in lines:
+        parts = line.split(" ")
+        if len(parts) != 3:
+            continue
+        try:
+            node_offset, size = int(parts[1]), int(parts[2])
+        except ValueError:
+            continue
+        stored.size = size
+        if node_offset >= 0:
+            stored.nodes[parts[0]] = node_offset
+    try:
+        actual = log.stat().st_size
+    except OSError:
+        actual = 0
+    if not lines or actual < stored.size:
+        # No index (a log of an older server), or a log cut behind our back: it is what
+        # it is; go on from its end.
+        stored.size = actual
+    elif actual > stored.size:
+        os.truncate(log, stored.size)
+    compact = [f"{node} {offset} {stored.size}\n" for node, offset in stored.nodes.items()]
+    temporary = index.with_name(index.name + ".tmp")
+    temporary.write_text("".join(compact) or f"- -1 {stored.size}\n")
+    os.replace(temporary, index)
+    return stored

@@ -1,0 +1,157 @@
+"""Task logs from a node to the server, sent at least once and stored exactly once
+(corral.cluster.log_shipping): answers lost, servers killed in the middle of a write,
+agents restarted, in any order, and the server's copy is the node's log byte for byte.
+Real files; the transport between the two is the test's own loop."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.cluster.log_shipping import Inbox, Outbox
+
+
+def outbox(root: Path) -> Outbox:
+    return Outbox(root / "node" / "offsets.json", lambda w, t: root / "node" / f"{w}-{t}.log")
+
+
+def write(root: Path, text: bytes, workload: str = "job", task: int = 0) -> None:
+    with open(root / "node" / f"{workload}-{task}.log", "ab") as handle:
+        handle.write(text)
+
+
+def ship(sender: Outbox, receiver: Inbox, node: str = "a") -> dict[tuple[str, int], int]:
+    """One answer, stored; the receipt the server would send back."""
+    return {
+        (w, t): receiver.take(node, w, t, offset, data) for w, t, offset, data in sender.chunks()
+    }
+
+
+def test_a_chunk_sent_again_is_stored_once(tmp_path: Path) -> None:
+    (tmp_path / "node").mkdir()
+    sender, receiver = outbox(tmp_path), Inbox(tmp_path / "server")
+    sender.watch(("job", 0))
+    write(tmp_path, b"one\n")
+    ship(sender, receiver)  # its receipt is lost
+    write(tmp_path, b"two\n")
+    receipt = ship(sender, receiver)  # "one" again, with "two"
+    assert receipt == {("job", 0): 8}
+    sender.acknowledge(receipt)
+    assert sender.chunks() == []
+    assert receiver.path("job", 0).read_bytes() == b"one\ntwo\n"
+
+
+def test_a_write_the_server_did_not_record_is_cut_and_comes_again(tmp_path: Path) -> None:
+    (tmp_path / "node").mkdir()
+    sender, receiver = outbox(tmp_path), Inbox(tmp_path / "server")
+    sender.watch(("job", 0))
+    write(tmp_path, b"line 1\n")
+    sender.acknowledge(ship(sender, receiver))
+    write(tmp_path, b"line 2\n")
+    # Killed after writing the bytes and before recording them in the index.
+    with open(receiver.path("job", 0), "ab") as log:
+        log.write(b"line 2\n")
+    with open(receiver.path("job", 0).with_suffix(".log.idx"), "a") as index:
+        index.write("a 14 1")  # and in the middle of the index's line
+    restarted = Inbox(tmp_path / "server")
+    sender.acknowledge(ship(sender, restarted))
+    assert restarted.path("job", 0).read_bytes() == b"line 1\nline 2\n"
+    assert sender.chunks() == []
+
+
+def test_the_agent_goes_on_where_the_server_stands_after_a_restart(tmp_path: Path) -> None:
+    (tmp_path / "node").mkdir()
+    sender, receiver = outbox(tmp_path), Inbox(tmp_path / "server")
+    sender.watch(("job", 0))
+    write(tmp_path, b"a" * 10)
+    sender.acknowledge(ship(sender, receiver))
+    write(tmp_path, b"b" * 10)
+    ship(sender, receiver)  # stored, but the agent dies before the receipt
+    again = outbox(tmp_path)  # restarted by Ray: its offsets were kept on disk
+    again.watch(("job", 0))  # the task is adopted
+    assert [c[2] for c in again.chunks()] == [10]
+    again.acknowledge(ship(again, receiver))
+    assert receiver.path("job", 0).read_bytes() == b"a" * 10 + b"b" * 10
+
+
+def test_a_new_attempt_on_the_node_ships_from_the_end_of_what_was_shipped(tmp_path: Path) -> None:
+    (tmp_path / "node").mkdir()
+    sender, receiver = outbox(tmp_path), Inbox(tmp_path / "server")
+    sender.watch(("job", 0))
+    write(tmp_path, b"first attempt\n")
+    sender.finish(("job", 0))
+    sender.acknowledge(ship(sender, receiver))
+    assert sender.chunks() == [] and sender.offsets == {}, "forgotten once shipped to its end"
+    sender.watch(("job", 0))
+    write(tmp_path, b"second attempt\n")
+    sender.acknowledge(ship(sender, receiver))
+    assert receiver.path("job", 0).read_bytes() == b"first attempt\nsecond attempt\n"
+
+
+def test_two_nodes_append_to_one_log_each_once(tmp_path: Path) -> None:
+    # A task moved from node a to node b: both ship to the same server log.
+    (tmp_path / "node").mkdir()
+    receiver = Inbox(tmp_path / "server")
+    assert receiver.take("a", "job", 0, 0, b"from a\n") == 7
+    assert receiver.take("b", "job", 0, 0, b"from b\n") == 7
+    assert receiver.take("a", "job", 0, 0, b"from a\nmore a\n") == 14
+    assert receiver.take("b", "job", 0, 0, b"from b\n") == 7
+    again = Inbox(tmp_path / "server")
+    assert again.take("a", "job", 0, 7, b"more a\n") == 14
+    assert again.path("job", 0).read_bytes() == b"from a\nfrom b\nmore a\n"
+
+
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.binary(min_size=1, max_size=300)),
+        st.tuples(st.sampled_from(["ship", "lose", "kill-server", "restart-agent", "ack-late"])),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(STEPS)
+def test_whatever_is_lost_or_killed_the_server_stores_each_byte_once(
+    steps: list[tuple[object, ...]],
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        replay(Path(folder), steps)
+
+
+def replay(root: Path, steps: list[tuple[object, ...]]) -> None:
+    (root / "node").mkdir()
+    sender, receiver = outbox(root), Inbox(root / "server")
+    sender.watch(("job", 0))
+    written = b""
+    late: dict[tuple[str, int], int] = {}
+    for step in steps:
+        kind = step[0]
+        if kind == "write":
+            data = step[1]
+            assert isinstance(data, bytes)
+            write(root, data)
+            written += data
+        elif kind == "ship":
+            sender.acknowledge(ship(sender, receiver))
+        elif kind == "lose":
+            ship(sender, receiver)  # stored, receipt lost
+        elif kind == "ack-late":
+            # A receipt that arrives after newer ones: never moves an offset back.
+            sender.acknowledge(late)
+            late = ship(sender, receiver)
+        elif kind == "kill-server":
+            receiver = Inbox(root / "server")
+        else:
+            sender = outbox(root)
+            sender.watch(("job", 0))
+    for _ in range(200):
+        receipt = ship(sender, receiver)
+        if not receipt:
+            break
+        sender.acknowledge(receipt)
+    stored = receiver.path("job", 0)
+    assert (stored.read_bytes() if stored.exists() else b"") == written

@@ -24,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "agent"))
 
-from livecorral import CORRAL, CorralUp
+from livecorral import CORRAL, CorralUp, running
 from livecorral import free_port as free_port  # for the fixtures
 from livecorral import kill_everything_of as kill_everything_of
 
@@ -93,6 +93,10 @@ class RayServer(CorralUp):
     address: str = ""
     namespace: str = ""
     command: str = "server"
+    loss: float = LOSS
+    fence: float = FENCE
+    # Storage every node sees, for the workloads' directories (--checkpoint-root).
+    checkpoint_root: Path | None = None
     # The Ray agents keep their workloads' directories under the agent directory: not in
     # a directory of the temporary folder made for `corral up` (as the base class does),
     # which nothing here would use or remove.
@@ -119,10 +123,12 @@ class RayServer(CorralUp):
             "--agent-dir",
             str(self.agent_dir),
             "--loss-timeout",
-            f"{LOSS:g}",
+            f"{self.loss:g}",
             "--fence-timeout",
-            f"{FENCE:g}",
+            f"{self.fence:g}",
         ]
+        if self.checkpoint_root is not None:
+            args += ["--checkpoint-root", str(self.checkpoint_root)]
         if self.admin_unix_user is not None:
             args += ["--admin-unix-user", self.admin_unix_user]
         env = dict(os.environ, CORRAL_RAY_NAMESPACE=self.namespace)
@@ -153,3 +159,26 @@ class RayServer(CorralUp):
 
     def nodes(self) -> dict[str, Any]:
         return {node["name"]: node for node in self.get("/nodes")}
+
+
+def live_tasks(name: str) -> list[tuple[str, int]]:
+    """(RANK, pid) of the live task processes of a workload (launchers not counted)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"corral.agent.launch" in cmdline or not running(int(entry)):
+            continue
+        env = dict(
+            item.split("=", 1)
+            for item in environ.decode(errors="replace").split("\0")
+            if "=" in item
+        )
+        if env.get("CORRAL_WORKLOAD") == name:
+            found.append((env["RANK"], int(entry)))
+    return found

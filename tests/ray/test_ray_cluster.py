@@ -6,7 +6,6 @@ and never runs twice."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import threading
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from livecorral import CORRAL, PYTHON, running, wait_until
-from raycorral import FENCE, GPUS, LOSS, RayNodes, RayServer, require_ray
+from raycorral import FENCE, GPUS, LOSS, RayNodes, RayServer, live_tasks, require_ray
 
 require_ray()
 
@@ -212,29 +211,6 @@ def test_a_new_node_joins_and_gets_the_waiting_work(
     # /metrics shows the new node's devices too.
     metrics = httpx.get(f"{ray_server.url}/metrics", timeout=10).text
     assert re.search(r'corral_node_gpus\{[^}]*node="d"[^}]*\} 2', metrics), metrics[:2000]
-
-
-def live_tasks(name: str) -> list[tuple[str, int]]:
-    """(RANK, pid) of the live task processes of a workload (launchers not counted)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if b"corral.agent.launch" in cmdline or not running(int(entry)):
-            continue
-        env = dict(
-            item.split("=", 1)
-            for item in environ.decode(errors="replace").split("\0")
-            if "=" in item
-        )
-        if env.get("CORRAL_WORKLOAD") == name:
-            found.append((env["RANK"], int(entry)))
-    return found
 
 
 def test_a_lost_node_requeues_its_gang_whole_and_nothing_runs_twice(

@@ -96,7 +96,7 @@ def test_a_failure_waits_for_the_other_node_and_a_lost_node_requeues_it(store: S
     assert "waits for node b" in (waiting.reason or "")
     # b is declared lost: the gang is requeued, and its failure counts for nothing.
     lost, stopped = store.expire_nodes({"b": 10.0}, time.time() + 1)
-    assert lost == ["b"] and stopped == []
+    assert lost == {"b": ["g"]} and stopped == []
     workload = store.get_workload("g")
     assert workload.status == "pending" and workload.placements == ()
     assert workload.reason == "requeued: node b was lost (no answer for 10 s)"

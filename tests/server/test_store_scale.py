@@ -166,7 +166,8 @@ def test_reports_are_written_in_order_in_one_transaction(store: Store) -> None:
 def test_a_heartbeat_that_revives_a_node_may_change_anything(store: Store) -> None:
     bound(store)
     silent = {"n0": 9.0, "n1": 9.0, "n2": 9.0}
-    assert store.expire_nodes(silent, time.time() + 1)[0] == ["n0", "n1", "n2"]
+    lost, _ = store.expire_nodes(silent, time.time() + 1)
+    assert lost == {"n0": ["gang"], "n1": [], "n2": ["half", "single"]}
     before = store.generation
     outcome = store.write_reports([Beat("n1")])
     assert outcome.revived

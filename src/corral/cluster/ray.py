@@ -47,6 +47,7 @@ except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("corral on Ray needs Ray: pip install 'corral[ray]'") from error
 
 log = logging.getLogger("corral.cluster.ray")
+ray_log = logging.getLogger("ray.cluster")
 
 # One corral per Ray cluster uses the namespace `corral`; another one (a test, a second
 # team) sets CORRAL_RAY_NAMESPACE so that it gets agents of its own.
@@ -100,6 +101,29 @@ def connect(address: str, timeout: float = 30.0) -> None:
         raise RuntimeError(f"no Ray cluster answered at {address} within {timeout:g} s")
     if failure:
         raise RuntimeError(f"cannot connect to Ray at {address}: {failure[0]}")
+    _summarize_ray_errors()
+
+
+def _summarize_ray_errors() -> None:
+    """Ray prints the errors of the whole cluster to a driver's stdout, a dead raylet's
+    with its last state dumps (dozens of lines each); corral's log keeps the first line
+    of each, as a warning of `ray` (corral's own lines say what it means for the work).
+    Ray offers no setting for it: its driver looks this function up each time."""
+    worker_module: Any = ray._private.worker
+    if not hasattr(worker_module, "print_to_stdstream"):
+        return
+    original = worker_module.print_to_stdstream
+
+    def summarize(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":
+            original(data, ignore_prefix)
+            return
+        for message in data.get("lines") or ():
+            first = str(message).strip().splitlines()[:1]
+            if first:
+                ray_log.warning("%s", first[0][:300])
+
+    worker_module.print_to_stdstream = summarize
 
 
 def node_name(node: dict[str, Any]) -> str:

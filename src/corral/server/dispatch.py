@@ -387,15 +387,20 @@ class Dispatcher:
             return []
         lost, stopped = self.store.expire_nodes(silent, limit)
         if not lost:
-            return lost
+            return []
         declare = getattr(self.cluster, "declare_lost", None)
         if declare is not None:
-            declare(lost, now)
-        for node in lost:
-            log.warning("node %s is lost: no answer for %.1f s", node, silent[node])
+            declare(sorted(lost), now)
+        for node, requeued in sorted(lost.items()):
+            log.warning(
+                "node %s is lost: no answer for %.1f s; requeued: %s",
+                node,
+                silent[node],
+                ", ".join(requeued) or "nothing",
+            )
         self.release(stopped)
         self.wake_scheduler()
-        return lost
+        return sorted(lost)
 
     def settle(self) -> None:
         """Decide the failures that waited to learn whether a node was lost."""

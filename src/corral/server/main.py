@@ -58,6 +58,21 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def server_logging() -> None:
+    """The server's log: corral's own lines at INFO. Alembic's plugin set-up is left out,
+    and each migration it runs is one line (the first of its description)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    logging.getLogger("alembic.runtime.migration").addFilter(_first_line)
+
+
+def _first_line(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    if "\n" in message:
+        record.msg, record.args = message.split("\n", 1)[0], None
+    return True
+
+
 def run_uvicorn(app: object, sock: socket.socket) -> None:
     """Serve `app` on the socket `listen` bound, until interrupted, in an interpreter set
     up for a server (`tune_interpreter`)."""
@@ -169,7 +184,7 @@ def serve(
     from corral.server.app import create_app
 
     sock = listen(host, port)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    server_logging()
     store, token = open_store(data_dir, db_url, admin_unix_user, secret_key_file)
     if ray is not None:
         cluster, node_timeout = ray_cluster(data_dir, ray)
@@ -258,7 +273,7 @@ def up(
     from corral.server.app import create_app
 
     sock = listen(host, port)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    server_logging()
     store, token = open_store(data_dir, db_url, admin_unix_user)
     if ray is not None:
         ray_cluster_, node_timeout = ray_cluster(data_dir, ray)

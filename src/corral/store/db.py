@@ -507,11 +507,11 @@ class Store(Database):
 
     def expire_nodes(
         self, silent: Mapping[str, float], limit: float
-    ) -> tuple[list[str], list[Release]]:
+    ) -> tuple[dict[str, list[str]], list[Release]]:
         """Declare lost the nodes of `silent` (name -> seconds since their agent answered)
         with no heartbeat since `limit`, and send their workloads back to pending (a gang
-        as a whole, no retry used). Returns the nodes, and the tasks those workloads had
-        on other nodes, to stop."""
+        as a whole, no retry used). Returns the workloads requeued by each node declared
+        lost, and the tasks those workloads had on other nodes, to stop."""
         with self.write() as session:
             decided = time.time()
             lost, stopped = nodes.expire_nodes(session, silent, limit)

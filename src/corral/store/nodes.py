@@ -196,11 +196,11 @@ def heartbeats(session: Session, names: Collection[str]) -> bool:
 
 def expire_nodes(
     session: Session, silent: Mapping[str, float], limit: float
-) -> tuple[list[str], list[Release]]:
+) -> tuple[dict[str, list[str]], list[Release]]:
     """Declare lost the nodes of `silent` (name -> seconds since their agent last answered)
     that are ready and have no heartbeat since `limit`, and requeue their workloads, each
-    gang as a whole. Returns the nodes, and the tasks their workloads still had running
-    on other nodes (to stop)."""
+    gang as a whole. Returns the workloads requeued by each node declared lost, and the
+    tasks they still had running on other nodes (to stop)."""
     rows = session.scalars(
         select(NodeRow)
         .where(
@@ -211,13 +211,14 @@ def expire_nodes(
         .order_by(NodeRow.name)
     ).all()
     stopped: list[Release] = []
+    lost: dict[str, list[str]] = {}
     for row in rows:
         row.state = "unavailable"
         quiet = f"no answer for {silent[row.name]:.0f} s"
         add_event(session, "node-unavailable", "monitor", quiet, node=row.name)
-        _, releases = requeue_node(session, row, f"node {row.name} was lost ({quiet})")
+        lost[row.name], releases = requeue_node(session, row, f"node {row.name} was lost ({quiet})")
         stopped.extend(r for r in releases if r.node != row.name)
-    return [row.name for row in rows], stopped
+    return lost, stopped
 
 
 def requeue_node(session: Session, row: NodeRow, why: str) -> tuple[list[str], list[Release]]:

@@ -93,6 +93,8 @@ class RayServer(CorralUp):
     address: str = ""
     namespace: str = ""
     command: str = "server"
+    # More options of the command (`--checkpoint-root PATH`...).
+    options: tuple[str, ...] = ()
     # The Ray agents keep their workloads' directories under the agent directory: not in
     # a directory of the temporary folder made for `corral up` (as the base class does),
     # which nothing here would use or remove.
@@ -122,6 +124,7 @@ class RayServer(CorralUp):
             f"{LOSS:g}",
             "--fence-timeout",
             f"{FENCE:g}",
+            *self.options,
         ]
         if self.admin_unix_user is not None:
             args += ["--admin-unix-user", self.admin_unix_user]

@@ -95,8 +95,8 @@ class RayServer(CorralUp):
     command: str = "server"
     loss: float = LOSS
     fence: float = FENCE
-    # Storage every node sees, for the workloads' directories (--checkpoint-root).
-    checkpoint_root: Path | None = None
+    # More options of the command (`--checkpoint-root PATH`...).
+    options: tuple[str, ...] = ()
     # The Ray agents keep their workloads' directories under the agent directory: not in
     # a directory of the temporary folder made for `corral up` (as the base class does),
     # which nothing here would use or remove.
@@ -126,9 +126,8 @@ class RayServer(CorralUp):
             f"{self.loss:g}",
             "--fence-timeout",
             f"{self.fence:g}",
+            *self.options,
         ]
-        if self.checkpoint_root is not None:
-            args += ["--checkpoint-root", str(self.checkpoint_root)]
         if self.admin_unix_user is not None:
             args += ["--admin-unix-user", self.admin_unix_user]
         env = dict(os.environ, CORRAL_RAY_NAMESPACE=self.namespace)

@@ -52,7 +52,7 @@ def server(ray_nodes: RayNodes, tmp_path_factory: pytest.TempPathFactory) -> Ite
         namespace=namespace,
         loss=LOSS,
         fence=FENCE,
-        checkpoint_root=shared,
+        options=("--checkpoint-root", str(shared)),
     )
     try:
         started.start()

@@ -260,8 +260,7 @@ def up(
         print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)")
         print(f"Ray cluster at {ray.address}: an agent on every node", flush=True)
         print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
-        if token is not None:
-            print(f"admin token (shown once): {token}", flush=True)
+        show_first_token(token, data_dir)
         run_uvicorn(app, sock)
         return
     found = discover(virtual_gpus, virtual_model, virtual_memory)

@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# `make run PORT=8800 GPUS=8 DATA=/tmp/corral` or `make run ARGS='--label rack=r1'`:
+# `make run PORT=8800 GPUS=8 DATA=$HOME/corral-8800` or `make run ARGS='--label rack=r1'`:
 # each is passed to `corral up` only when given (its defaults otherwise).
 RUN_ARGS := $(if $(PORT),--port $(PORT)) $(if $(GPUS),--virtual-gpus $(GPUS)) \
 	$(if $(DATA),--data-dir $(DATA)) $(ARGS)

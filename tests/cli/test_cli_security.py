@@ -1,4 +1,5 @@
-"""`corral token list|create|revoke`, `corral user delete` and `corral audit`."""
+"""`corral token list|create|revoke`, `corral user delete`, `corral audit`, and the
+credentials `corral submit --export ALL` keeps out of a stored workload."""
 
 from __future__ import annotations
 
@@ -57,3 +58,55 @@ def test_user_delete_and_audit(server: Any, admin: Cli, api: httpx.Client, tmp_p
     # Not an admin: refused.
     viewer = make(api, "/users", {"name": "audit-viewer", "role": "viewer"})["token"]
     Cli(tmp_path / "viewer", server.url, viewer).fails("audit", code=1)
+
+
+# Values that carry a credential under names that do not say so: what a member's shell
+# holds, and what `--export ALL` stored in clear in the workload's spec (issue 44).
+CREDENTIALS = {
+    "DATABASE_URL": "postgres://user:hunter2-db@db.internal/app",
+    "PIP_INDEX_URL": "https://build:hunter2-pip@pypi.internal/simple",
+    "DEPLOY_KEY_PEM": "-----BEGIN OPENSSH PRIVATE KEY-----\nhunter2-pem\n"
+    "-----END OPENSSH PRIVATE KEY-----\n",
+    "CI_HELPER": "ghp_hunter2" + "x" * 30,
+    "SERVICE_DSN": "host=db user=app password=hunter2-dsn",
+}
+
+
+def test_export_all_leaves_out_values_that_carry_credentials_and_names_them(
+    admin: Cli, api: httpx.Client
+) -> None:
+    queue = make(api, "/queues", {"name": "expq", "deserved": 1})["name"]
+    shell = {
+        **CREDENTIALS,
+        "MY_API_TOKEN": "hunter2-by-name",
+        "PLAIN_URL": "https://pypi.org/simple",
+        "GIT_URL": "ssh://git@github.com/org/repo.git",
+    }
+    done = admin.run("submit", "creds", "-p", queue, "--", "true", env=shell)
+    assert done.returncode == 0, done.stderr
+
+    env = api.get("/workloads/creds").json()["env"]
+    assert not set(CREDENTIALS) & set(env), env
+    assert "hunter2" not in str(env)
+    assert (env["PLAIN_URL"], env["GIT_URL"]) == (shell["PLAIN_URL"], shell["GIT_URL"])
+    # Said by name, on stderr, never with a value.
+    note = next(line for line in done.stderr.splitlines() if "--export ALL left out" in line)
+    for name in (*CREDENTIALS, "MY_API_TOKEN"):
+        assert name in note, note
+    assert "hunter2" not in done.stderr + done.stdout
+
+    # One given with -e, or named in --export, is the submitter's choice: kept, not noted.
+    given = admin.run(
+        "submit", "creds-given", "-p", queue, "-e", "DATABASE_URL=hunter2-given",
+        "--dry-run", "--", "true", env=shell,
+    )  # fmt: skip
+    assert given.returncode == 0, given.stderr
+    assert "DATABASE_URL: hunter2-given" in given.stdout
+    assert "DATABASE_URL" not in given.stderr and "PIP_INDEX_URL" in given.stderr
+    named = admin.run(
+        "submit", "-p", queue, "--export", "DATABASE_URL", "--dry-run", "--", "true", env=shell
+    )
+    assert named.returncode == 0 and "left out" not in named.stderr, named.stderr
+    # A refused submission answers with its one error line, and no note.
+    refused = admin.run("submit", "-p", "no-such-project", "--", "true", env=shell)
+    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1, refused

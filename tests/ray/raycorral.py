@@ -138,6 +138,8 @@ class RayServer(CorralUp):
         self.starts += 1
         self._wait_healthy()
         self.token = (self.data_dir / "admin-token").read_text().strip()
+        # Its output is a file, not a terminal: the admin token is only in its 0600 file.
+        assert self.token not in self.log.read_text(), f"the admin token is in {self.log}"
         return self
 
     def _wait_healthy(self) -> None:

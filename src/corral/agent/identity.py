@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.agent.planted import own_directory
+
 # The PATH of a task whose spec gives none: the system's programs, nothing writable by users.
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -100,11 +102,12 @@ def workload_directory(root: Path, workload: str, identity: Identity) -> Path:
 
     `root` itself is 0711 and written by the agent only: everyone may pass through it to
     their own workload's directory, nobody may list it, and nobody but the agent can plant
-    a name (a symlink, say) in it. The agent never creates or changes anything inside a
-    workload's directory, since the task's account could have put a symlink there.
+    a name (a symlink, say) in it. A `root` another account could have planted is refused
+    (corral.agent.planted.Planted) before its mode is set. The agent never creates or
+    changes anything inside a workload's directory, since the task's account could have
+    put a symlink there.
     """
-    root.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o711)
+    own_directory(root, 0o711, "--workloads-dir")
     path = root / workload
     try:
         info = os.lstat(path)

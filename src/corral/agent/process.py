@@ -81,7 +81,9 @@ class TaskProcess:
             options += ["--user", user]
         if workdir:
             options += ["--workdir", workdir]
-        with open(log_path, "ab") as log:
+        # Appended to across a task's runs; never through a symlink (O_NOFOLLOW).
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+        with os.fdopen(os.open(log_path, flags, 0o600), "ab") as log:
             # -I and cwd "/": the launcher may keep root, so neither PYTHON* variables nor
             # a module in a directory a user can write may change what it imports.
             popen = subprocess.Popen(

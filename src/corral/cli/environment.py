@@ -8,9 +8,11 @@ HOME, USER and LOGNAME stay those of the account the task runs as, and corral's 
 (devices, ranks) win over anything exported.
 
 The workload's `env` is stored and shown to whoever may read the workload, so ALL leaves
-out what names a secret (TOKEN, SECRET, PASSWORD, KEY, ... in the name: give those with
-`--secret`, or name one explicitly), the CLI's own credentials (CORRAL_*), and what belongs
-to the login session rather than to the job (HOME, SHELL, DISPLAY, SSH_*, ...).
+out what names a secret (TOKEN, SECRET, PASSWORD, KEY, ... in the name) or holds one (a URL
+with a password, a private key, a token of a well-known shape): give those with
+`--secret`, or name one explicitly; `corral submit` says which it left out, by name. It
+also leaves out the CLI's own credentials (CORRAL_*) and what belongs to the login session
+rather than to the job (HOME, SHELL, DISPLAY, SSH_*, ...).
 """
 
 from __future__ import annotations
@@ -89,12 +91,47 @@ _SECRET_WORDS = re.compile(
 )
 
 
+# Values that carry a credential whatever their variable is called.
+_SECRET_VALUES = re.compile(
+    "|".join(
+        (
+            # A URL with a password: postgres://user:password@host/db, redis://:pw@host.
+            r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@",
+            # A password in a connection string or a URL's query: password=..., ?token=...
+            r"(?i:(?:^|[\s;&?])(?:password|passwd|pwd|access_token|api_key|apikey)=[^\s;&])",
+            # A PEM or PGP private key.
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----",
+            # Tokens of well-known shapes: corral's own, GitHub, GitLab, Slack, Hugging
+            # Face, OpenAI and Anthropic, Google API, AWS access key ids, JSON Web Tokens.
+            r"(?<![A-Za-z0-9_-])(?:crl_[A-Za-z0-9_-]{40,}|gh[pousr]_[A-Za-z0-9]{36,}"
+            r"|github_pat_[A-Za-z0-9_]{40,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
+            r"|hf_[A-Za-z0-9]{30,}|sk-(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{32,}"
+            r"|AIza[A-Za-z0-9_-]{35})",
+            r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])",
+            r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+        )
+    )
+)
+
+
 def looks_secret(name: str) -> bool:
     """Whether a variable's name says it holds a secret (AWS_SECRET_ACCESS_KEY, HF_TOKEN)."""
     return bool(_SECRET_WORDS.search(name))
 
 
+def holds_secret(value: str) -> bool:
+    """Whether a value carries a credential, whatever its variable's name: a URL with a
+    password, a private key, a token of a well-known shape."""
+    return bool(_SECRET_VALUES.search(value))
+
+
 def _left_out_of_all(name: str, value: str) -> bool:
+    return _not_for_a_workload(name, value) or _secret(name, value)
+
+
+def _not_for_a_workload(name: str, value: str) -> bool:
+    """Left out of ALL whatever it holds: not a valid name or value, too long, the login
+    session's, or corral's own."""
     return (
         not _NAME.match(name)
         or "\0" in value
@@ -103,7 +140,22 @@ def _left_out_of_all(name: str, value: str) -> bool:
         or name.startswith(SESSION_PREFIXES)
         or name in CORRAL_OWN
         or name.startswith("CORRAL_")
-        or looks_secret(name)
+    )
+
+
+def _secret(name: str, value: str) -> bool:
+    return looks_secret(name) or holds_secret(value)
+
+
+def secrets_left_out(export: str, environ: Mapping[str, str]) -> list[str]:
+    """The names (never the values) of the variables `--export ALL` left out because
+    their name or value looks like a credential, sorted; none for any other --export."""
+    if export.strip().upper() != "ALL":
+        return []
+    return sorted(
+        name
+        for name, value in environ.items()
+        if not _not_for_a_workload(name, value) and _secret(name, value)
     )
 
 

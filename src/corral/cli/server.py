@@ -63,6 +63,7 @@ def server_command(
 ) -> None:
     """Run the server: the REST API and the scheduler loop; with --ray, also an agent on
     every node of a Ray cluster (no agent otherwise)."""
+    from corral.agent.planted import Planted
     from corral.server.main import DEFAULT_DATA_DIR, PortBusy, serve
 
     with reported_errors(ctx):
@@ -83,5 +84,5 @@ def server_command(
                 admin_unix_user,
                 secret_key_file,
             )
-        except PortBusy as error:
+        except (PortBusy, Planted) as error:
             raise CliError(str(error)) from None

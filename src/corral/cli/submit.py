@@ -25,7 +25,7 @@ from corral.cli.common import (
     secret_refs,
 )
 from corral.cli.config import connect
-from corral.cli.environment import exported
+from corral.cli.environment import exported, secrets_left_out
 from corral.cli.lifecycle import lifecycle_fields, submitted_text
 from corral.model import PRIORITY_CLASSES, resolve_priority
 from corral.scenario.yamlio import BoundedLoader, YamlLimitError, read_text
@@ -238,7 +238,7 @@ def submit_command(
             "--export",
             metavar="ALL|NONE|VAR,...",
             help="Which of this shell's variables the task gets: ALL (less secrets by "
-            "name, CORRAL_* and the login session's), NONE, or the ones named.",
+            "name or value, CORRAL_* and the login session's), NONE, or the ones named.",
         ),
     ] = "ALL",
     grace_period: Annotated[
@@ -344,13 +344,30 @@ def submit_command(
         if task_group is not None:
             task["name"] = task_group
         body.update(submit_time_fields(body, export, workdir, grace_period, backoff_limit))
+        given = {*body.get("env", {}), *body.get("secrets", {})}
+        left_out = [n for n in secrets_left_out(export, os.environ) if n not in given]
         if dry_run:
             print_dry_run(body, project, output)
+            _note_left_out(left_out)
             return
         with connect() as client:
             body["project"] = project or _own_project(client, "-p/--project")
             workload = client.submit(body)
     _submitted(workload)
+    _note_left_out(left_out)
+
+
+def _note_left_out(names: list[str]) -> None:
+    """Which of the shell's variables --export ALL left out as credentials, by name only:
+    a task that needs one would fail without its submitter knowing why. Said after the
+    submission, so that a refused one still answers with its one error line."""
+    if names:
+        typer.echo(
+            f"Note: --export ALL left out {', '.join(names)}: their names or values look like "
+            "credentials, which a workload's env would show to whoever reads it; give them "
+            "with --secret (or name them in --export).",
+            err=True,
+        )
 
 
 def submit_time_fields(

@@ -80,6 +80,7 @@ def up_command(
 ) -> None:
     """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
     With --ray, the server and an agent on every node of a Ray cluster."""
+    from corral.agent.planted import Planted
     from corral.model import parse_memory
     from corral.server.main import DEFAULT_DATA_DIR, PortBusy, up
 
@@ -110,6 +111,9 @@ def up_command(
             ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence
         )
         try:
+            if ray is None:
+                own = workloads_dir or checkpoint_root
+                refuse_planted_workloads_dir(own, data_dir or DEFAULT_DATA_DIR)
             up(
                 data_dir or DEFAULT_DATA_DIR,
                 db,
@@ -123,5 +127,15 @@ def up_command(
                 admin_unix_user,
                 options,
             )
-        except PortBusy as error:
+        except (PortBusy, Planted) as error:
             raise CliError(str(error)) from None
+
+
+def refuse_planted_workloads_dir(workloads_dir: Path | None, data_dir: Path) -> None:
+    """Refuse a workloads directory another account could have planted before anything is
+    written (the data directory is checked as it is opened): the agent sets its mode, and
+    would set that of whatever a planted symlink points at."""
+    from corral.agent.identity import default_workloads_dir
+    from corral.agent.planted import refuse_planted
+
+    refuse_planted(workloads_dir or default_workloads_dir(data_dir), "--workloads-dir")

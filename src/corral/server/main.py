@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from corral.agent.planted import own_directory, write_private
 from corral.model import Node, format_memory
 from corral.model.spec import NodeSpec
 from corral.store import Store, database_url
@@ -85,10 +86,11 @@ def run_uvicorn(app: object, sock: socket.socket) -> None:
 
 def private_data_dir(data_dir: Path) -> None:
     """Make the data directory 0700 and everything this process writes from now on (the
-    database, its WAL, tokens, logs) private to its owner: tasks must not reach them."""
+    database, its WAL, tokens, logs) private to its owner: tasks must not reach them. A
+    directory another account could have planted is refused (Planted) before anything is
+    written: corral would write the admin token into that account's hands."""
     os.umask(0o077)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(data_dir, 0o700)
+    own_directory(data_dir, 0o700, "--data-dir")
 
 
 def open_store(
@@ -107,11 +109,7 @@ def open_store(
     store.use_secret_key(load_key(data_dir, secret_key_file))
     token = store.ensure_admin()
     if token is not None:
-        path = data_dir / ADMIN_TOKEN_FILE
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(token + "\n")
-        os.chmod(path, 0o600)
+        write_private(data_dir / ADMIN_TOKEN_FILE, (token + "\n").encode())
     if admin_unix_user is not None:
         store.set_unix_user("admin", admin_unix_user)
     return store, token
@@ -287,8 +285,7 @@ def up(
         print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)")
         print(f"Ray cluster at {ray.address}: an agent on every node", flush=True)
         print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
-        if token is not None:
-            print(f"admin token (shown once): {token}", flush=True)
+        show_first_token(token, data_dir)
         run_uvicorn(app, sock)
         return
     found = discover(virtual_gpus, virtual_model, virtual_memory)

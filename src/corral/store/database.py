@@ -448,7 +448,8 @@ class _FileLock:
 
     def acquire(self) -> None:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            self._fd = os.open(self.path, flags, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
 
     def release(self) -> None:

@@ -44,17 +44,26 @@ def load_key(data_dir: Path, key_file: Path | None = None) -> bytes:
         # unreadable on a server that shares the database.
         return named.read_bytes().strip()
     path = data_dir / KEY_FILE
-    if path.exists():
-        return path.read_bytes().strip()
     key = Fernet.generate_key()
     old = os.umask(0o077)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        # Never through a symlink (O_NOFOLLOW): a key planted by another account is one
+        # that account knows.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return _read_key(path)
     finally:
         os.umask(old)
     with os.fdopen(fd, "wb") as handle:
         handle.write(key + b"\n")
     return key
+
+
+def _read_key(path: Path) -> bytes:
+    """The key in DATA_DIR/secret-key, read without following a symlink."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read().strip()
 
 
 class SecretBox:

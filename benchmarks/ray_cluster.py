@@ -153,7 +153,9 @@ def kill_tasks(root: Path) -> None:
 
 
 @contextmanager
-def ray_cluster() -> Iterator[Any]:
+def ray_cluster(racks: tuple[str, ...] = ("r1", "r1", "r2")) -> Iterator[Any]:
+    """A head on 127.0.0.1 and a worker node n0, n1... on 127.0.0.2... for each of `racks`,
+    with GPUS virtual GPUs each."""
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(
@@ -166,7 +168,7 @@ def ray_cluster() -> Iterator[Any]:
         },
     )
     try:
-        for index, rack in enumerate(("r1", "r1", "r2")):
+        for index, rack in enumerate(racks):
             cluster.add_node(
                 num_cpus=1,
                 node_ip_address=f"127.0.0.{index + 2}",

@@ -8,28 +8,35 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 from livecorral import PYTHON, Servers, running, wait_until
 
 from corral.agent.process import alive, process_start
 
-# Prints its pid and group at start and a line at the end; sleeps argv[1] seconds on the
-# first attempt and argv[2] on later ones.
+# Prints its pid and group at start and a line at the end; waits argv[1] on the first
+# attempt and argv[2] on later ones: a number of seconds, or a file to appear.
 JOB = """
 import os, sys, time
 print("start pid", os.getpid(), "group", os.getpgrp(), flush=True)
-first = os.environ["CORRAL_ATTEMPT"] == "1"
-time.sleep(float(sys.argv[1] if first else sys.argv[2]))
+wait = sys.argv[1] if os.environ["CORRAL_ATTEMPT"] == "1" else sys.argv[2]
+if os.path.isabs(wait):
+    deadline = time.time() + 300
+    while not os.path.exists(wait) and time.time() < deadline:
+        time.sleep(0.1)
+else:
+    time.sleep(float(wait))
 print("end", flush=True)
 """
 
 
 def test_tasks_survive_a_kill_9_of_the_server_and_are_adopted(corral_up: Servers) -> None:
     up = corral_up(6, {"team": 6})
-    # Long enough to outlive the restart on a loaded machine: a task that ended before the
-    # server came back would be reported, not adopted.
-    up.submit("keep", "team", [PYTHON, "-c", JOB, "15", "15"], gpu=1)
-    up.submit("keep-gang", "team", [PYTHON, "-c", JOB, "15", "15"], gpu=1, replicas=2)
+    # They run until the server is back, however long that takes on a loaded machine: a
+    # task that ended before would be reported, not adopted.
+    gate = str(up.data_dir / "server-is-back")
+    up.submit("keep", "team", [PYTHON, "-c", JOB, gate, "1"], gpu=1)
+    up.submit("keep-gang", "team", [PYTHON, "-c", JOB, gate, "1"], gpu=1, replicas=2)
     up.submit("vanish-retry", "team", [PYTHON, "-c", JOB, "60", "1"], gpu=1, backoff_limit=1)
     up.submit("vanish-fail", "team", [PYTHON, "-c", JOB, "60", "1"], gpu=1)
     tasks = [("keep", 0), ("keep-gang", 0), ("keep-gang", 1), ("vanish-retry", 0)]
@@ -61,6 +68,7 @@ def test_tasks_survive_a_kill_9_of_the_server_and_are_adopted(corral_up: Servers
     for name, task in tasks[:3]:
         pid, started = launchers[(name, task)]
         assert alive(pid, started)
+    Path(gate).touch()
     for name in ("keep", "keep-gang"):
         done = up.wait_status(name, timeout=40)
         assert done["status"] == "succeeded", done

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 from collections.abc import Iterator
 
 import pytest
-from raycorral import RayNodes, RayServer, free_port, kill_everything_of
+from raycorral import RayNodes, RayServer, free_port, stop_server
 
 # The worker nodes of a module's cluster, (name, rack) each; a module that needs fewer
 # sets RAY_WORKERS (every node is a Ray process, and the machine has few cores).
@@ -58,9 +57,4 @@ def ray_server(
         server.start()
         yield server
     finally:
-        if server.process is not None and server.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.process.pid, signal.SIGKILL)
-            server.process.wait(timeout=30)
-        ray_nodes.kill_agents(namespace)
-        kill_everything_of(root)
+        stop_server(server, ray_nodes, root)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,3 +186,37 @@ def live_tasks(name: str) -> list[tuple[str, int]]:
         if env.get("CORRAL_WORKLOAD") == name:
             found.append((env["RANK"], int(entry)))
     return found
+
+
+@contextlib.contextmanager
+def watched(name: str) -> Iterator[list[list[tuple[str, int]]]]:
+    """Every moment, while in the block, at which a rank of the workload had two live
+    processes (one that should have stopped, and its replacement)."""
+    twice: list[list[tuple[str, int]]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            tasks = live_tasks(name)
+            if len({rank for rank, _ in tasks}) < len(tasks):
+                twice.append(tasks)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield twice
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def stop_server(server: RayServer, nodes: RayNodes, root: Path) -> None:
+    """Kill a server of the tests, its agents (by its namespace) and every process left
+    under `root`."""
+    if server.process is not None and server.process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait(timeout=30)
+    nodes.kill_agents(server.namespace)
+    kill_everything_of(root)

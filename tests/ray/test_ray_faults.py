@@ -9,7 +9,9 @@ timeouts (loss 10 s, fence 4 s):
 - the server killed (-9) and back after 30 s: every task keeps its process, no attempt
   is used;
 - a task printing a numbered line every 10 ms while the server is killed three times:
-  the stored log has every line exactly once.
+  the stored log has every line exactly once;
+- agents take the settings of the server that calls them, and an agent an older corral
+  left running is replaced once it runs nothing.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import contextlib
 import json
 import os
 import re
-import signal
-import threading
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,9 +28,14 @@ from typing import Any
 
 import pytest
 from livecorral import PYTHON, running, wait_until
-from raycorral import GPUS, RayNodes, RayServer, kill_everything_of, live_tasks, require_ray
+from raycorral import GPUS, RayNodes, RayServer, require_ray, stop_server, watched
 
 require_ray()
+
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
+
+from corral.cluster.ray_agent import NodeAgent  # noqa: E402
+from corral.messages import AgentSettings  # noqa: E402
 
 RAY_WORKERS = (("a", "r1"), ("b", "r1"), ("c", "r1"))
 RANKS = str(Path(__file__).with_name("ranks.py"))
@@ -60,12 +66,7 @@ def server(ray_nodes: RayNodes, tmp_path_factory: pytest.TempPathFactory) -> Ite
         wait_until(lambda: len(started.nodes()) == 3, 60, "the three nodes")
         yield started
     finally:
-        if started.process is not None and started.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(started.process.pid, signal.SIGKILL)
-            started.process.wait(timeout=30)
-        ray_nodes.kill_agents(namespace)
-        kill_everything_of(root)
+        stop_server(started, ray_nodes, root)
 
 
 def records(server: RayServer, name: str) -> dict[tuple[int, int], dict[str, Any]]:
@@ -96,28 +97,6 @@ def progressing(server: RayServer, name: str, attempt: int) -> dict[int, dict[st
     return found
 
 
-@contextlib.contextmanager
-def watched(name: str) -> Iterator[list[list[tuple[str, int]]]]:
-    """Every moment a rank of the workload had two live processes."""
-    twice: list[list[tuple[str, int]]] = []
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            tasks = live_tasks(name)
-            if len({rank for rank, _ in tasks}) < len(tasks):
-                twice.append(tasks)
-            time.sleep(0.1)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        yield twice
-    finally:
-        stop.set()
-        watcher.join()
-
-
 def finish(server: RayServer, name: str) -> Any:
     (server.data_dir / f"{name}.stop").touch()
     return server.wait_status(name, timeout=60)
@@ -141,7 +120,12 @@ def test_a_lost_node_requeues_a_real_gang_every_time_and_it_resumes(
                 f"attempt {attempt + 1} after {victim} was removed",
             )
             lost_after = time.monotonic() - removed
+            assert server.nodes()[victim]["state"] == "unavailable"
             after = progressing(server, "lossy", attempt + 1)
+            assert victim not in {p["node"] for p in server.workload("lossy")["placements"]}
+            # The rank on the lost node was stopped by its own launcher: the fence.
+            exits = (server.data_dir / "agents" / victim / "run").rglob("task-*.exit")
+            assert any("fenced" in path.read_text() for path in exits), victim
             for rank in (0, 1):
                 # A rank resumes at its last checkpoint (never before it: work is lost only
                 # since then), taken by the attempt that ran when the node went.
@@ -213,3 +197,67 @@ def test_no_line_is_lost_or_doubled_across_three_server_kills(server: RayServer)
 
     text = wait_until(complete, 30, "the whole log")
     assert text.splitlines() == [f"line {i}" for i in range(lines)]
+
+
+class OldAgent(NodeAgent):
+    """An agent as an older corral left it running: it speaks protocol 2 (no settings, no
+    receipts) and takes no settings."""
+
+    def hello(self, settings: AgentSettings | None = None) -> dict[str, Any]:
+        return {**super().hello(), "protocol": 2}
+
+    def drain(self, wait: float = 0.0) -> dict[str, Any]:  # type: ignore[override]
+        return super().drain(wait)
+
+
+def test_agents_take_new_settings_and_an_older_agent_is_replaced(
+    ray_nodes: RayNodes, tmp_path: Path
+) -> None:
+    import ray
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    namespace = f"corral-settings-{os.getpid()}"
+    node = next(n for n in ray.nodes() if n["Alive"] and n["Labels"].get("corral.io/name") == "c")
+    agents = tmp_path / "agents"
+    old = (
+        ray.remote(OldAgent)
+        .options(
+            name=f"agent-{node['NodeID']}",
+            namespace=namespace,
+            lifetime="detached",
+            num_cpus=0,
+            max_concurrency=4,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+        )
+        .remote("c", str(agents), AgentSettings(fence_timeout=9.0), GPUS)
+    )
+    first_pid = ray.get(old.hello.remote(), timeout=60)["pid"]
+    first = RayServer(tmp_path, 0, address=ray_nodes.address, namespace=namespace)
+    try:
+        first.start()
+        lease = agents / "c" / "lease"
+        # The older agent runs nothing: it is replaced, and the new one takes the settings.
+        wait_until(
+            lambda: "replacing the outdated agent of node c" in first.log.read_text(),
+            60,
+            "the replacement",
+        )
+        assert "the agent of node c is of an older corral (protocol 2" in first.log.read_text()
+        wait_until(
+            lambda: lease.read_text().strip() == f"{first.fence:g}", 60, "the new agent's settings"
+        )
+        pid = ray.get(
+            ray.get_actor(f"agent-{node['NodeID']}", namespace=namespace).hello.remote(), timeout=30
+        )["pid"]
+        assert pid != first_pid
+        # A server restarted with another fence timeout gives it to the agent it finds.
+        first.kill9()
+        first.fence = first.fence + 3
+        first.loss = first.loss + 3
+        first.start()
+        wait_until(
+            lambda: lease.read_text().strip() == f"{first.fence:g}", 60, "the changed settings"
+        )
+    finally:
+        stop_server(first, ray_nodes, tmp_path)

@@ -1,17 +1,23 @@
-"""Task logs from a node to the server, sent at least once and stored exactly once
-(corral.cluster.log_shipping): answers lost, servers killed in the middle of a write,
-agents restarted, in any order, and the server's copy is the node's log byte for byte.
-Real files; the transport between the two is the test's own loop."""
+"""What a node's agent sends the server, sent at least once and stored exactly once: task
+logs (corral.cluster.log_shipping), with answers lost, servers killed in the middle of a
+write and agents restarted, in any order, and the server's copy is the node's log byte
+for byte; and the reports of an answer the server did not acknowledge, sent again. Real
+files and a real agent; the transport between the two is the test's own loop."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from livecorral import wait_until
 
 from corral.cluster.log_shipping import Inbox, Outbox
+from corral.cluster.ray_agent import NodeAgent
+from corral.messages import AgentSettings, TaskLaunch
 
 
 def outbox(root: Path) -> Outbox:
@@ -155,3 +161,45 @@ def replay(root: Path, steps: list[tuple[object, ...]]) -> None:
         sender.acknowledge(receipt)
     stored = receiver.path("job", 0)
     assert (stored.read_bytes() if stored.exists() else b"") == written
+
+
+def test_an_answer_the_server_did_not_acknowledge_is_sent_again(tmp_path: Path) -> None:
+    # A real NodeAgent (without Ray) runs a task that prints and ends; its drains carry
+    # the server's settings as a server of this corral sends them.
+    body = NodeAgent("n1", str(tmp_path / "agents"), AgentSettings(60.0), 1, str(tmp_path / "w"))
+    try:
+        user = "root" if os.geteuid() == 0 else None
+        body.start(
+            [TaskLaunch("job", "p", 0, 1, "n1", (0,), 1.0, ("echo", "hello"), unix_user=user)]
+        )
+        settings = AgentSettings(60.0)
+
+        def ended() -> dict[str, Any] | None:
+            answer = body.drain(0.2, settings)
+            return answer if any(r[0] == "ended" for r in answer["reports"]) else None
+
+        first = wait_until(ended, 30, "the task's end")
+        instance, number = first["answer"]
+        assert first["logs"] == [("job", 0, 0, b"hello\n")]
+        # The server was killed with that answer in hand: a new one sends no receipt.
+        again = body.drain(0.0, settings, None)
+        assert [r[0] for r in again["reports"]] == [r[0] for r in first["reports"]]
+        assert again["logs"] == first["logs"]
+        # Acknowledged (reports and the log up to its end): nothing more is sent.
+        stored = {"instance": instance, "answer": again["answer"][1], "logs": {("job", 0): 6}}
+        quiet = body.drain(0.0, settings, stored)
+        assert quiet["reports"] == [] and quiet["logs"] == []
+        # A receipt of another agent's instance acknowledges no report of this one's.
+        body.buffer.task_ports("n1", "job", 0, {"http": 1})
+        told = body.drain(0.0, settings, {"instance": "other", "answer": 10**6})
+        assert (
+            body.drain(0.0, settings, {"instance": "other", "answer": 10**6})["reports"]
+            == (told["reports"])
+        )
+        # An older server (no settings) gets each report once.
+        body.buffer.task_ports("n1", "job", 0, {"http": 2})
+        body.drain(0.0, None)
+        assert body.drain(0.0, None)["reports"] == []
+        assert number < again["answer"][1]
+    finally:
+        body.close()

@@ -203,7 +203,7 @@ class OldAgent(NodeAgent):
     """An agent as an older corral left it running: it speaks protocol 2 (no settings, no
     receipts) and takes no settings."""
 
-    def hello(self, settings: AgentSettings | None = None) -> dict[str, Any]:
+    def hello(self) -> dict[str, Any]:
         return {**super().hello(), "protocol": 2}
 
     def drain(self, wait: float = 0.0) -> dict[str, Any]:  # type: ignore[override]
@@ -218,7 +218,9 @@ def test_agents_take_new_settings_and_an_older_agent_is_replaced(
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     namespace = f"corral-settings-{os.getpid()}"
-    node = next(n for n in ray.nodes() if n["Alive"] and n["Labels"].get("corral.io/name") == "c")
+    # A node of the module's cluster (the test of lost nodes replaced some).
+    name = sorted(ray_nodes.workers)[0]
+    node = next(n for n in ray.nodes() if n["Alive"] and n["Labels"].get("corral.io/name") == name)
     agents = tmp_path / "agents"
     old = (
         ray.remote(OldAgent)
@@ -230,20 +232,21 @@ def test_agents_take_new_settings_and_an_older_agent_is_replaced(
             max_concurrency=4,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
         )
-        .remote("c", str(agents), AgentSettings(fence_timeout=9.0), GPUS)
+        .remote(name, str(agents), AgentSettings(fence_timeout=9.0), GPUS)
     )
     first_pid = ray.get(old.hello.remote(), timeout=60)["pid"]
     first = RayServer(tmp_path, 0, address=ray_nodes.address, namespace=namespace)
     try:
         first.start()
-        lease = agents / "c" / "lease"
+        lease = agents / name / "lease"
         # The older agent runs nothing: it is replaced, and the new one takes the settings.
         wait_until(
-            lambda: "replacing the outdated agent of node c" in first.log.read_text(),
+            lambda: f"replacing the outdated agent of node {name}" in first.log.read_text(),
             60,
             "the replacement",
         )
-        assert "the agent of node c is of an older corral (protocol 2" in first.log.read_text()
+        said = first.log.read_text()
+        assert f"the agent of node {name} is of an older corral (protocol 2" in said
         wait_until(
             lambda: lease.read_text().strip() == f"{first.fence:g}", 60, "the new agent's settings"
         )

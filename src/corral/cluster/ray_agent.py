@@ -189,10 +189,11 @@ class NodeAgent:
         self._lock = threading.Lock()
         # Log shipping: how far the server stored each task's log.
         self._outbox = Outbox(self.data_dir / "log-offsets.json", self.agent.log_path)
-        # Answers the server has not acknowledged: (number, reports, checkpoint times).
+        # The newest answer, with what it sent again, until the server acknowledges it:
+        # (its number, reports, checkpoint times).
         self._instance = secrets.token_hex(8)
         self._answers = 0
-        self._unacknowledged: list[tuple[int, list[tuple[Any, ...]], dict[str, float]]] = []
+        self._unacknowledged: tuple[int, list[tuple[Any, ...]], dict[str, float]] | None = None
         self._ports: dict[int, float] = {}
         self._relay: SessionRelay | None = None
         # The newest declaration of this node's loss that was acted on (server's clock).
@@ -243,10 +244,10 @@ class NodeAgent:
                 self._declared = declared
                 self.agent.fence(declared, f"fenced: the server declared node {self.name} lost")
 
-    def hello(self, settings: AgentSettings | None = None) -> dict[str, Any]:
-        """What the server registers: this node's devices and resources."""
+    def hello(self) -> dict[str, Any]:
+        """What the server registers: this node's devices and resources. (Its settings come
+        with the first drain: an agent of any corral answers this call alike.)"""
         self._renew()
-        self.configure(settings)
         return {
             "devices": self.found.devices,
             "model": self.found.model,
@@ -326,7 +327,9 @@ class NodeAgent:
         self.configure(settings)
         self.agent.tick()
         with self._lock:
-            again = self._acknowledged(receipt)
+            if settings is None:
+                self._unacknowledged = None  # an older server, which acknowledges nothing
+            again = self._not_acknowledged(receipt)
         with self.buffer.added:
             if not self.buffer.items and not again and wait > 0:
                 self.buffer.added.wait(wait)
@@ -337,15 +340,12 @@ class NodeAgent:
             for item in items:
                 if item[0] == "ended":
                     self._outbox.finish((item[1], item[2]))
-            reports = [item for _, old, _ in again for item in old] + items
-            times: dict[str, float] = {}
-            for _, _, old_times in again:
-                times.update(old_times)
-            times.update(checkpoints)
+            reports, times = items, checkpoints
+            if again is not None:
+                reports, times = again[1] + items, again[2] | checkpoints
             self._answers += 1
             if settings is not None:
-                # Kept, with what this answer sends again, until the server says it has it.
-                self._unacknowledged = [(self._answers, reports, times)]
+                self._unacknowledged = (self._answers, reports, times)
             logs = self._outbox.chunks()
         return {
             "reports": reports,
@@ -358,16 +358,21 @@ class NodeAgent:
             "answer": [self._instance, self._answers],
         }
 
-    def _acknowledged(
+    def _not_acknowledged(
         self, receipt: Mapping[str, Any] | None
-    ) -> list[tuple[int, list[tuple[Any, ...]], dict[str, float]]]:
-        """Forget what `receipt` acknowledges; the answers it does not, to send again."""
+    ) -> tuple[int, list[tuple[Any, ...]], dict[str, float]] | None:
+        """Forget what `receipt` acknowledges; the last answer if it does not, to send its
+        reports and checkpoint times again."""
+        unacknowledged = self._unacknowledged
         if receipt is not None:
             self._outbox.acknowledge(receipt.get("logs") or {})
-            if receipt.get("instance") == self._instance:
-                newest = int(receipt.get("answer", 0))
-                self._unacknowledged = [a for a in self._unacknowledged if a[0] > newest]
-        return self._unacknowledged
+            if (
+                unacknowledged is not None
+                and receipt.get("instance") == self._instance
+                and int(receipt.get("answer", 0)) >= unacknowledged[0]
+            ):
+                self._unacknowledged = unacknowledged = None
+        return unacknowledged
 
     def open_session(
         self, workload: str, task: int, command: list[str], tty: bool

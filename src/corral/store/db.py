@@ -353,10 +353,18 @@ class Store(Database):
         with self.read() as session:
             return history.history(session, query, time.time())
 
-    def events(self, workload: str | None = None, limit: int = 1000) -> list[EventRecord]:
-        """The newest `limit` events (of `workload`, or of all), oldest first."""
+    def events(
+        self, workload: str | None = None, limit: int = 1000, workload_id: int | None = None
+    ) -> list[EventRecord]:
+        """The newest `limit` events, oldest first: of the workload whose id is
+        `workload_id`, or of the workload named `workload` now (none when there is no such
+        workload: the events of a deleted one are not its name's), or of all."""
         with self.read() as session:
-            return events.list_events(session, workload, limit)
+            if workload is not None and workload_id is None:
+                workload_id = workloads.workload_id(session, workload)
+                if workload_id is None:
+                    return []
+            return events.list_events(session, workload_id, limit)
 
     # -- scheduling ----------------------------------------------------------------------
 

@@ -123,6 +123,8 @@ class EventRecord:
     kind: str
     cause: str
     reason: str
+    # The attempt (run) of the workload it belongs to; None outside a run.
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

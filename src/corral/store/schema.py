@@ -249,14 +249,23 @@ class PlacementRow(Base):
 
 
 class EventRow(Base):
-    """Every state change, with its time, cause and reason. Kept after a workload is gone."""
+    """Every state change, with its time, cause and reason. Kept after a workload is gone
+    (never deleted): a workload's events are read by its id, so that a later workload of
+    the same name does not inherit them, and on SQLite, which would give the id of the
+    newest workload again once it is deleted, new ids start above every id here."""
 
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_workload", "workload"),)
+    __table_args__ = (Index("ix_events_workload_id", "workload_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     time: Mapped[float] = mapped_column(Float)
+    # The workload's name and id (no foreign key: the event outlives the workload).
     workload: Mapped[str | None] = mapped_column(String(NAME))
+    workload_id: Mapped[int | None] = mapped_column(Integer)
+    # The attempt (run) of the workload the event belongs to: set on the events of a
+    # workload that runs, from the `bound` that starts a run to the event that ends it
+    # (0018_past); NULL on the others.
+    attempt: Mapped[int | None] = mapped_column(Integer)
     node: Mapped[str | None] = mapped_column(String(NAME))
     kind: Mapped[str] = mapped_column(String(32))
     cause: Mapped[str] = mapped_column(String(NAME))

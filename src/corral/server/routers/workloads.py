@@ -331,9 +331,9 @@ async def workload_events(name: str, current: User, store: StoreDep) -> list[Eve
 
 
 def visible_events(store: Store, current: UserRecord, name: str) -> list[EventRecord]:
-    """The events of workload `name`, which `current` must be allowed to read."""
-    visible_workload(store, current, name)
-    return store.events(workload=name)
+    """The events of workload `name`, which `current` must be allowed to read: of this
+    workload, by its id, not those of an earlier (deleted) workload of the same name."""
+    return store.events(workload_id=visible_workload(store, current, name).id)
 
 
 @router.get("/workloads/{name}/logs", response_model=LogOut)

@@ -108,6 +108,9 @@ class EventOut(TypedDict):
     kind: str
     cause: str
     reason: str
+    # the workload's attempt (run) the event belongs to, from the `bound` that starts it to the
+    # event that ends it; null outside a run
+    attempt: int | None
 
 
 class HistoryOut(TypedDict):
@@ -415,6 +418,9 @@ class WhyQueueOut(TypedDict):
 
 class WorkloadOut(TypedDict):
     name: str
+    # never given to another workload, even one that takes this name once this one is deleted: its
+    # logs and its own directory are named NAME.ID
+    id: int
     project: str
     user: str
     status: WorkloadStatus
@@ -434,7 +440,11 @@ class WorkloadOut(TypedDict):
     max_runtime: float | None
     backoff_limit: int
     grace_period: float
+    # runs started: retries, requeues and preemptions included
     attempts: int
+    # runs that ended in its own failure (a task's non-zero exit, a maximum runtime): only these
+    # count against backoff_limit, not requeues or preemptions
+    failures: int
     created_at: float
     started_at: float | None
     # for a pending workload, when it last became pending: its submission, or its latest requeue,

@@ -689,6 +689,10 @@ class LostWorkOut(BaseModel):
 
 class WorkloadOut(BaseModel):
     name: str
+    id: int = Field(
+        description="never given to another workload, even one that takes this name once "
+        "this one is deleted: its logs and its own directory are named NAME.ID"
+    )
     project: str
     user: str
     status: Literal["pending", "running", "suspended", "succeeded", "failed", "cancelled"]
@@ -707,7 +711,12 @@ class WorkloadOut(BaseModel):
     max_runtime: float | None
     backoff_limit: int
     grace_period: float
-    attempts: int
+    attempts: int = Field(description="runs started: retries, requeues and preemptions included")
+    failures: int = Field(
+        0,
+        description="runs that ended in its own failure (a task's non-zero exit, a maximum "
+        "runtime): only these count against backoff_limit, not requeues or preemptions",
+    )
     created_at: float
     started_at: float | None
     pending_since: float | None = Field(
@@ -739,6 +748,11 @@ class EventOut(BaseModel):
     kind: str
     cause: str
     reason: str
+    attempt: int | None = Field(
+        None,
+        description="the workload's attempt (run) the event belongs to, from the `bound` "
+        "that starts it to the event that ends it; null outside a run",
+    )
 
 
 class HolderOut(BaseModel):

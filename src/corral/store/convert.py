@@ -327,6 +327,7 @@ def record_of(
         status=row.status,
         reason=row.reason,
         attempts=row.attempts,
+        failures=row.failures,
         created_at=row.created_at,
         started_at=row.started_at,
         finished_at=row.finished_at,

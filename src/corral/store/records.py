@@ -71,6 +71,8 @@ class WorkloadRecord:
     started_at: float | None
     finished_at: float | None
     placements: tuple[Placement, ...]
+    # Runs that ended in its own failure: only these count against its backoff_limit.
+    failures: int = 0
     # The exit code of the run that ended it (None while it runs, or when unknown), and
     # who cancelled it.
     exit_code: int | None = None

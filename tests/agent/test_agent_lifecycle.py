@@ -89,7 +89,7 @@ def test_max_runtime_is_enforced(up: CorralUp) -> None:
     # The process was really stopped (and took no more than its grace period to go).
     [(_, pid)] = up.started_pids("sleeper")
     wait_until(lambda: not running(pid), 10, f"the sleeper's launcher {pid} to end")
-    exit_file = up.data_dir / "run" / "sleeper" / "task-0.exit"
+    exit_file = up.data_dir / "run" / up.directory("sleeper") / "task-0.exit"
     assert exit_file.read_text().strip() == "143"  # SIGTERM: sleep does not catch it
 
 
@@ -116,10 +116,10 @@ def test_deleting_a_running_workload_terms_then_kills_its_group(up: CorralUp) ->
     up.wait_log("deleted", "started")
     [(_, pid)] = up.started_pids("deleted")
     assert running(pid)
+    log = up.data_dir / "logs" / up.directory("deleted") / "task-0.log"
     with up.client() as client:
         assert client.delete("/workloads/deleted").status_code == 204
     wait_until(lambda: not running(pid), 10, "the deleted workload's processes to be killed")
-    log = up.data_dir / "logs" / "deleted" / "task-0.log"
     assert "ignoring TERM" in log.read_text()  # SIGTERM first, then SIGKILL
     # The whole group went: nothing of the workload is left.
     wait_until(lambda: pid not in groups_of(up.data_dir), 10, "the rest of its group to go")

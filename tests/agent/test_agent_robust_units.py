@@ -50,6 +50,7 @@ class Recorder:
         attempt: int | None = None,
         launch: int | None = None,
         cause: str | None = None,
+        directory: str | None = None,
     ) -> None:
         with self.lock:
             self.ended[workload] = (exit_code, reason)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -102,6 +103,14 @@ def test_two_nodes_append_to_one_log_each_once(tmp_path: Path) -> None:
     again = Inbox(tmp_path / "server")
     assert again.take("a", "job", 0, 7, b"more a\n") == 14
     assert again.path("job", 0).read_bytes() == b"from a\nfrom b\nmore a\n"
+
+
+def test_a_chunk_that_names_no_workload_directory_is_refused(tmp_path: Path) -> None:
+    receiver = Inbox(tmp_path / "server")
+    for bad in ("../escape", "job/../../x", ".job", "Job", "job.1.2", ""):
+        with pytest.raises(ValueError, match="is not the name of a workload's directories"):
+            receiver.take("a", bad, 0, 0, b"x")
+    assert not (tmp_path / "server").exists() or not any((tmp_path / "server").iterdir())
 
 
 STEPS = st.lists(

@@ -257,7 +257,8 @@ def test_a_lost_node_requeues_its_gang_whole_and_nothing_runs_twice(
     # The first attempt was stopped everywhere, the task on the lost node by its fence.
     assert "end" not in saw[(0, 1)] and "end" not in saw[(1, 1)]
     assert not running(saw[(1, 1)]["pid"])
-    fenced = ray_server.data_dir / "agents" / victim / "run" / "moved" / "task-1.exit"
+    run = ray_server.data_dir / "agents" / victim / "run"
+    fenced = run / ray_server.directory("moved") / "task-1.exit"
     assert "fenced" in fenced.read_text()
     second = {e["node"] for e in ray_server.events("moved", "task-started")[2:]}
     assert victim not in second

@@ -8,6 +8,7 @@ from corral.model import Decisions, Eviction, Node, Placement, Queue, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.store import Store
 from corral.store.history import HistoryQuery
+from corral.store.reports import Ended
 
 
 def _setup(store: Store) -> None:
@@ -52,3 +53,23 @@ def test_a_reused_name_gets_a_new_id_after_a_restart_of_the_store(store: Store) 
         assert _submit(again, "x") > first
     finally:
         again.close()
+
+
+def test_the_end_of_a_deleted_workloads_task_is_not_a_later_ones_of_its_name(
+    store: Store,
+) -> None:
+    _setup(store)
+    _submit(store, "x")
+    _bind(store, "x")
+    old = store.get_workload("x").directory
+    store.delete_workload("x", "alice")
+    _submit(store, "x")
+    _bind(store, "x")
+    new = store.get_workload("x")
+    assert (old, new.directory) == (f"x.{new.id - 1}", f"x.{new.id}")
+    # The first one's task, stopped when it was deleted, ends as the task bound now would:
+    # same name, task, attempt and launch. Its directory tells them apart.
+    store.write_reports([Ended("n1", "x", 0, 143, "killed by SIGTERM", 1, 1, None, old)])
+    assert store.get_workload("x").status == "running"
+    store.write_reports([Ended("n1", "x", 0, 0, "exited with code 0", 1, 1, None, new.directory)])
+    assert store.get_workload("x").status == "succeeded"

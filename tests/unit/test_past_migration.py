@@ -1,6 +1,7 @@
 """Migration 0018_past on a store made by 0017_failing: events of before get the id of the
 workload that has their name now, unless they are older than it (an earlier workload of
-the same name, deleted since), and no attempt."""
+the same name, deleted since), and no attempt; workloads of before keep directories named
+by their name alone (their running tasks write there), new ones get NAME.ID."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from corral.model import TaskGroup
+from corral.model.spec import WorkloadSpec
 from corral.store import Store
 from corral.store.history import HistoryQuery
 from migration_support import OLD_QUEUE, OLD_WORKLOAD, migrated
@@ -49,5 +52,9 @@ def test_events_of_before_are_kept_by_the_id_of_their_workload(tmp_path: Path) -
         assert len(store.events()) == len(EVENTS)
         [record] = store.history(HistoryQuery())
         assert record.evictions == 1
+        assert store.get_workload("old").directory == "old"
+        spec = WorkloadSpec("new", "team", "alice", (TaskGroup(gpu=1),), command=("true",))
+        new = store.submit(spec)
+        assert store.get_workload("new").directory == f"new.{new.id}"
     finally:
         store.close()

@@ -101,15 +101,18 @@ class Agent:
 
     # -- paths ---------------------------------------------------------------------------
 
-    def log_path(self, workload: str, task: int) -> Path:
-        return self.data_dir / "logs" / workload / f"task-{task}.log"
+    # Each takes the name of the workload's directories (TaskLaunch.directory), not its
+    # name: a later workload of the same name never finds a deleted one's files.
 
-    def exit_path(self, workload: str, task: int) -> Path:
-        return self.data_dir / "run" / workload / f"task-{task}.exit"
+    def log_path(self, directory: str, task: int) -> Path:
+        return self.data_dir / "logs" / directory / f"task-{task}.log"
 
-    def telemetry_path(self, workload: str, task: int) -> Path:
+    def exit_path(self, directory: str, task: int) -> Path:
+        return self.data_dir / "run" / directory / f"task-{task}.exit"
+
+    def telemetry_path(self, directory: str, task: int) -> Path:
         """Where a task declares its utilisation: in its workload's own directory."""
-        return self.workloads_dir / workload / f"task-{task}.util"
+        return self.workloads_dir / directory / f"task-{task}.util"
 
     # -- orders from the server ----------------------------------------------------------
 
@@ -137,7 +140,8 @@ class Agent:
         for pid, stray in list(self._strays.items()):
             if stray.key != launch.key:
                 continue
-            if pid == launch.pid and stray.proc_start == launch.proc_start:
+            own = stray.directory == launch.directory
+            if own and pid == launch.pid and stray.proc_start == launch.proc_start:
                 del self._strays[pid]
             else:
                 stop_stray(stray, time.time(), launch.grace, "its task is started again")
@@ -145,7 +149,7 @@ class Agent:
     def _adopt(self, task: _Task, pid: int, proc_start: int) -> None:
         launch = task.launch
         task.process = TaskProcess.adopt(
-            pid, proc_start, self.exit_path(launch.workload, launch.task)
+            pid, proc_start, self.exit_path(launch.directory, launch.task)
         )
         if launch.max_runtime is not None:
             # Counted from when the process started, not from the adoption.
@@ -360,6 +364,7 @@ class Agent:
                         launch.attempt,
                         launch.launch,
                         cause,
+                        launch.directory,
                     ),
                 )
             )
@@ -370,7 +375,7 @@ class Agent:
         if beat or ended:
             # A look at each running workload's checkpoints as often as the heartbeat, and a
             # last one when a task ends (it may have checkpointed when asked to stop).
-            found = self._new_checkpoints({task.launch.workload for task, *_ in ended})
+            found = self._new_checkpoints([task.launch for task, *_ in ended])
             if found:
                 calls.append(("checkpoints", partial(reports.checkpoints, self.node, found)))
         if self.sampler is not None and self.sampler.due(time.time()):
@@ -381,16 +386,18 @@ class Agent:
             except Exception:
                 log.exception("reporting %s failed", what)
 
-    def _new_checkpoints(self, ended: set[str]) -> dict[str, float]:
+    def _new_checkpoints(self, ended: list[TaskLaunch]) -> dict[str, float]:
         """The workloads running here, or whose task here has just `ended`, whose last
         checkpoint is newer than the one reported (see corral.agent.checkpoints), with its
         time; forgets the workloads that left."""
         with self._lock:
-            workloads = {t.launch.workload for t in self._tasks.values() if t.process is not None}
+            running = [t.launch for t in self._tasks.values() if t.process is not None]
+        workloads = {launch.workload for launch in running}
+        directories = {launch.workload: launch.directory for launch in ended + running}
         now = time.time()
         found: dict[str, float] = {}
-        for workload in sorted(workloads | ended):
-            at = last_checkpoint(self.workloads_dir / workload, now)
+        for workload, directory in sorted(directories.items()):
+            at = last_checkpoint(self.workloads_dir / directory, now)
             if at is not None and at > self._checkpoints.get(workload, float("-inf")):
                 found[workload] = at
         self._checkpoints = {
@@ -415,7 +422,7 @@ class Agent:
                     task.launch.gpu,
                     task.process.pid,
                     task.process.started_at,
-                    str(self.telemetry_path(task.launch.workload, task.launch.task)),
+                    str(self.telemetry_path(task.launch.directory, task.launch.task)),
                 )
                 for task in self._tasks.values()
                 if task.process is not None
@@ -434,11 +441,11 @@ class Agent:
         except LookupError as error:
             return f"cannot run as its submitter: {error}"
         try:
-            folder = workload_directory(self.workloads_dir, launch.workload, identity)
+            folder = workload_directory(self.workloads_dir, launch.directory, identity)
             variables = dict(launch.env)
             variables["CORRAL_CHECKPOINT_DIR"] = str(folder / "checkpoints")
             variables["CORRAL_TELEMETRY_FILE"] = str(
-                self.telemetry_path(launch.workload, launch.task)
+                self.telemetry_path(launch.directory, launch.task)
             )
             if launch.ports:
                 task.ports = allocate(launch.ports, self.address)
@@ -448,8 +455,8 @@ class Agent:
                 task_environment(variables, identity),
                 # A relative working directory is taken from the workload's own.
                 str(folder / launch.workdir) if launch.workdir else str(folder),
-                self.log_path(launch.workload, launch.task),
-                self.exit_path(launch.workload, launch.task),
+                self.log_path(launch.directory, launch.task),
+                self.exit_path(launch.directory, launch.task),
                 user=identity.name if self.run_as_submitter else None,
             )
         except Exception as error:
@@ -508,7 +515,7 @@ class Agent:
                 raise LookupError(f"task {task} of {workload} is not running on {self.node}")
             launch, ports = found.launch, dict(found.ports)
         identity = self._identity(launch)
-        folder = workload_directory(self.workloads_dir, launch.workload, identity)
+        folder = workload_directory(self.workloads_dir, launch.directory, identity)
         variables = dict(launch.env)
         variables["CORRAL_CHECKPOINT_DIR"] = str(folder / "checkpoints")
         if ports:

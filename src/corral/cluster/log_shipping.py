@@ -13,6 +13,10 @@ hearing that it was stored. So:
   write: node, the node's offset, the log's size), how far it got. Bytes past the last
   recorded size (a write the server was killed in the middle of) are cut off when the
   index is read again, and come again from the node, whose offset was not acknowledged.
+
+Logs are kept by the name of their workload's directories (NAME.ID: corral.model.spec.
+directory_name), not by the workload's name, so that a later workload of the same name
+starts with none of a deleted one's output.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-Key = tuple[str, int]  # (workload, task)
+from corral.model.spec import is_directory_name
+
+Key = tuple[str, int]  # (the name of its workload's directories, task)
 # At most this much of one task's log per answer; the rest follows in the next ones.
 CHUNK = 1 << 20
 # Index states the server keeps in memory (one per task log written lately).
@@ -75,7 +81,7 @@ class Outbox:
             self._save()
 
     def chunks(self) -> list[tuple[str, int, int, bytes]]:
-        """What the server has not acknowledged yet, as (workload, task, offset, bytes),
+        """What the server has not acknowledged yet, as (directory, task, offset, bytes),
         at most CHUNK per task; forgets the logs acknowledged to the end of a task."""
         found = []
         forgotten = False
@@ -118,14 +124,16 @@ class Inbox:
         self.root = root
         self._stored: OrderedDict[Key, _Stored] = OrderedDict()
 
-    def path(self, workload: str, task: int) -> Path:
-        return self.root / workload / f"task-{task}.log"
+    def path(self, directory: str, task: int) -> Path:
+        return self.root / directory / f"task-{task}.log"
 
-    def take(self, node: str, workload: str, task: int, offset: int | None, data: bytes) -> int:
+    def take(self, node: str, directory: str, task: int, offset: int | None, data: bytes) -> int:
         """Store what of `data` (found at `offset` in the node's log of the task) is not
         stored yet, and return how far the node's log is stored now. An `offset` of None
-        (an agent of an older corral) stores it all."""
-        key = (workload, task)
+        (an agent of an older corral) stores it all. ValueError for a `directory` that is
+        no directory's name."""
+        _check(directory)
+        key = (directory, task)
         stored = self._load(key)
         have = stored.nodes.get(node)
         if offset is not None and have is not None and offset < have:
@@ -134,7 +142,7 @@ class Inbox:
         end = (offset or 0) + len(data)
         if not data:
             return have if have is not None else end
-        path = self.path(workload, task)
+        path = self.path(*key)
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
         descriptor = os.open(path, flags, 0o600)
         with os.fdopen(descriptor, "wb") as handle:
@@ -163,6 +171,12 @@ class Inbox:
         while len(self._stored) > CACHED:
             self._stored.popitem(last=False)
         return stored
+
+
+def _check(directory: str) -> None:
+    # A chunk that names anything else is not stored: it must not name another path.
+    if not is_directory_name(directory):
+        raise ValueError(f"{directory!r} is not the name of a workload's directories")
 
 
 def _read_index(index: Path, log: Path) -> _Stored:

@@ -544,10 +544,16 @@ class RayCluster:
         agent.strays = {(workload, task) for workload, task in answer.get("strays", ())}
         stored = {}
         for chunk in answer["logs"]:
-            # (workload, task, offset, bytes); an agent of an older corral sends no offset.
-            workload, task, data = chunk[0], chunk[1], chunk[-1]
+            # (directory, task, offset, bytes); an agent of an older corral sends no
+            # offset, and its workload's name for the directory.
+            directory, task, data = chunk[0], chunk[1], chunk[-1]
             offset = chunk[2] if len(chunk) == 4 else None
-            stored[(workload, task)] = self._inbox.take(agent.name, workload, task, offset, data)
+            try:
+                end = self._inbox.take(agent.name, directory, task, offset, data)
+            except ValueError as error:
+                log.warning("a log chunk of node %s is not stored: %s", agent.name, error)
+                continue
+            stored[(directory, task)] = end
         reports = self.reports
         if reports is None:
             return
@@ -582,9 +588,10 @@ class RayCluster:
         elif kind == "ports":
             reports.task_ports(agent.name, workload, task, item[4])
         else:
-            # Agents of older corrals send no launch (before launches were numbered) or
-            # no cause.
+            # Agents of older corrals send no launch (before launches were numbered), no
+            # cause or no directory.
             cause = item[7] if len(item) > 7 and item[7] in CAUSES else None
+            directory = item[8] if len(item) > 8 and isinstance(item[8], str) else None
             if cause is not None:
                 log.warning("task %s/%d on %s %s: %s", workload, task, agent.name, cause, item[5])
             reports.task_ended(
@@ -596,6 +603,7 @@ class RayCluster:
                 attempt if attempt >= 0 else None,
                 item[6] if len(item) > 6 else None,
                 cause,
+                directory,
             )
             with self._lock:
                 if self._latest.get((workload, task)) == (agent.name, attempt):

@@ -418,9 +418,13 @@ class WhyQueueOut(TypedDict):
 
 class WorkloadOut(TypedDict):
     name: str
-    # never given to another workload, even one that takes this name once this one is deleted: its
-    # logs and its own directory are named NAME.ID
+    # never given to another workload, even one that takes this name once this one is deleted
     id: int
+    # the name of its own directories: its logs (DATA_DIR/logs/DIRECTORY on the server), its
+    # workload directory with its checkpoints (WORKLOADS_DIR/DIRECTORY on its node): NAME.ID, so
+    # that a later workload of the same name starts with none of them (NAME alone for a workload
+    # submitted before corral named them so)
+    directory: str
     project: str
     user: str
     status: WorkloadStatus

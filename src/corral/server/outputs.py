@@ -101,6 +101,7 @@ def workload_fields(record: WorkloadRecord) -> dict[str, Any]:
     return {
         "name": spec.name,
         "id": record.id,
+        "directory": record.directory,
         "project": spec.project,
         "user": spec.user,
         "status": record.status,

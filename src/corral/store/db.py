@@ -459,12 +459,15 @@ class Store(Database):
         attempt: int | None = None,
         launch: int | None = None,
         cause: str | None = None,
+        directory: str | None = None,
     ) -> list[Release]:
         """A task's process ended. A task that is no longer bound (evicted, suspended,
-        deleted), the end of an earlier `attempt` than the workload's current one (a
-        preempted process whose end arrives after the workload was bound again), or of
-        another `launch` of the task than the one bound now (an elastic workload's task
-        evicted and bound again in the same attempt), changes nothing more. An end that
+        deleted), the end of a task of a deleted workload of the same name (`directory`:
+        the launch's, corral.messages), the end of an earlier `attempt` than the workload's
+        current one (a preempted process whose end arrives after the workload was bound
+        again), or of another `launch` of the task than the one bound now (an elastic
+        workload's task evicted and bound again in the same attempt), changes nothing
+        more. An end that
         corral caused (`cause`: its node fenced, an order of the server's) requeues the
         workload whole without using a retry. Otherwise exit 0 marks the task done, and
         the workload succeeds when every task is; any other end is the workload's failure:
@@ -476,7 +479,15 @@ class Store(Database):
         with self.write(touched=(workload,)) as session:
             decided = time.time()
             stopped = tasks.task_ended(
-                session, workload, task, exit_code, reason, attempt, launch, cause=cause
+                session,
+                workload,
+                task,
+                exit_code,
+                reason,
+                attempt,
+                launch,
+                cause=cause,
+                directory=directory,
             )
             return tasks.stamped(stopped, decided)
 

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -185,6 +186,12 @@ class WorkloadRow(Base):
     # the workload's failure waits until that node answers or is declared lost.
     failing_since: Mapped[float | None] = mapped_column(Float, nullable=True)
     failing_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Its directories (logs, run files, its own directory) are named by its name alone, as
+    # those of a workload submitted before 0018_past; else NAME.ID (see
+    # corral.model.spec.directory_name).
+    dirs_by_name: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false(), nullable=False
+    )
 
     queue: Mapped[QueueRow] = relationship()
     task_groups: Mapped[list[TaskGroupRow]] = relationship(

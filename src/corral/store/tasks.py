@@ -11,7 +11,7 @@ from sqlalchemy import Row, Select, select
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Placement, TaskGroup
-from corral.store.convert import spec_of
+from corral.store.convert import directory_of, spec_of
 from corral.store.events import add_workload_event
 from corral.store.records import BoundWork, Release, TaskState, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, TaskGroupRow, WorkloadRow
@@ -100,6 +100,7 @@ def bound_work(
             status=row.status,
             reason=row.reason,
             attempts=row.attempts,
+            dirs_by_name=row.dirs_by_name,
             created_at=row.created_at,
             started_at=row.started_at,
             finished_at=row.finished_at,
@@ -172,13 +173,18 @@ def task_ended(
     launch: int | None = None,
     rows: Mapping[str, WorkloadRow] | None = None,
     cause: str | None = None,
+    directory: str | None = None,
 ) -> list[Release]:
     """A task's process ended (see `Store.task_ended`). Returns the sibling tasks to stop.
-    `rows` as for `task_started`; `cause` as the agent reported it (corral.messages)."""
+    `rows` as for `task_started`; `cause` and `directory` as the agent reported them
+    (corral.messages)."""
     rows = bound_rows(session, (workload,)) if rows is None else rows
     row = rows.get(workload)
     placement = placement_in(row, task)
     if placement is None or row is None:
+        return []
+    if directory is not None and directory != directory_of(row):
+        # A task of a deleted workload whose name this one took: not this one's end.
         return []
     if attempt is not None and attempt != row.attempts:
         # An earlier attempt's process (preempted, then the workload bound again before

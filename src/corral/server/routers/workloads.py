@@ -346,8 +346,7 @@ def logs(
     offset: Annotated[int, Query(ge=0)] = 0,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
 ) -> LogOut:
-    visible_workload(store, current, name)
-    return read_log(background.data_dir, name, task, offset, tail)
+    return read_log(background.data_dir, visible_workload(store, current, name), task, offset, tail)
 
 
 @router.get("/workloads/{name}/why", response_model=WhyOut)

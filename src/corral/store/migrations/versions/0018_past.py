@@ -1,6 +1,7 @@
 """A workload's past is its own: events are kept by the workload's id, not by its name,
 so that a workload that takes a deleted one's name starts with no events, and each event
-of a run names the attempt it belongs to (`corral describe` lists the attempts).
+of a run names the attempt it belongs to (`corral describe` lists the attempts). Its
+directories (logs, run files, its own directory) are named NAME.ID for the same reason.
 
 `events.workload_id` is the id of the workload the event is about (NULL for events of
 nodes, queues and users). Existing rows get the id of the workload that has their name now,
@@ -10,6 +11,10 @@ name (deleted since) stay without an id, as do those of workloads that are gone.
 not recorded.
 
 The index by workload name gives way to one by workload id: nothing reads by name now.
+
+`workloads.dirs_by_name` is true for every workload that exists when this migration runs:
+its directories keep its name alone (its running tasks write there, and are adopted
+there after the upgrade); false, the default, for those submitted since (NAME.ID).
 
 Revision ID: 0018_past
 Revises: 0017_failing
@@ -43,9 +48,16 @@ def upgrade() -> None:
     op.execute(FILL)
     op.drop_index("ix_events_workload", table_name="events")
     op.create_index("ix_events_workload_id", "events", ["workload_id"])
+    with op.batch_alter_table("workloads") as batch:
+        batch.add_column(
+            sa.Column("dirs_by_name", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
+    op.execute(sa.text("UPDATE workloads SET dirs_by_name = :yes").bindparams(yes=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("workloads") as batch:
+        batch.drop_column("dirs_by_name")
     op.drop_index("ix_events_workload_id", table_name="events")
     op.create_index("ix_events_workload", "events", ["workload"])
     with op.batch_alter_table("events") as batch:

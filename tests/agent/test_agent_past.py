@@ -1,7 +1,7 @@
 """A workload's past is its own (issue 39), on a real `corral up`: a member's workload
 prints its project's secret and checkpoints it; once it is deleted, a member of another
 project submits a workload of the same name, whose log, events and own directory hold
-nothing of the first one's."""
+nothing of the first one's. Deleting the first one removed its files from the disk."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import subprocess
 from typing import Any
 
 import httpx
-from livecorral import CORRAL, CorralUp, Servers
+from livecorral import CORRAL, CorralUp, Servers, wait_until
 
 SECRET = f"red-secret-{secrets.token_hex(8)}"
 
@@ -54,6 +54,8 @@ def test_a_reused_name_in_another_project_sees_none_of_the_first_ones_past(
     first = _submit(alice, "red", FIRST, secrets={"TOKEN": "TOKEN"})
     assert up.wait_status("shared")["status"] == "succeeded"
     assert f"token is {SECRET}" in up.log_text("shared")
+    left = [up.data_dir / "logs", up.data_dir / "run", up.workloads_dir]
+    assert [path.name for path in left[0].iterdir()] == [first.get("directory", "shared")]
     assert alice.delete("/workloads/shared").status_code == 204
 
     second = _submit(bob, "blue", SECOND)
@@ -74,3 +76,6 @@ def test_a_reused_name_in_another_project_sees_none_of_the_first_ones_past(
     # Its own directory, its logs and its events are its own, by its id.
     assert second["id"] > first["id"] and second["directory"] != first["directory"]
     assert second["directory"] == f"shared.{second['id']}"
+    # What the first one left on disk went with it.
+    gone = [folder / first["directory"] for folder in left]
+    wait_until(lambda: not any(path.exists() for path in gone), 10, "the first one's files to go")

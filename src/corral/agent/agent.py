@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,6 +32,7 @@ from corral.agent.identity import (
     workload_directory,
 )
 from corral.agent.launch import FENCE_REASON
+from corral.agent.leftovers import remove_leftovers
 from corral.agent.ports import allocate, port_variables
 from corral.agent.process import TaskProcess
 from corral.agent.strays import Stray, find_strays
@@ -40,6 +42,9 @@ from corral.messages import FENCED, STOPPED, Reports, TaskLaunch, TaskStop
 from corral.model.spec import Device
 
 log = logging.getLogger("corral.agent")
+
+# Deleted workloads an agent remembers, so that a late launch of one starts nothing.
+DELETED_KEPT = 10_000
 
 
 @dataclass(slots=True)
@@ -98,6 +103,11 @@ class Agent:
         # Launchers of this data directory that run from before this agent, by pid: the
         # store adopts them, or they are stopped (see corral.agent.strays).
         self._strays: dict[int, Stray] = find_strays(self.data_dir / "run")
+        # Deleted workloads, by the name of their directories, whose files go once none of
+        # their tasks runs here (`forget`); and the latest of them, whose launches (sent
+        # before the deletion, delivered after it) start nothing.
+        self._forgotten: set[str] = set()
+        self._deleted: OrderedDict[str, None] = OrderedDict()
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -119,7 +129,7 @@ class Agent:
     def start(self, launches: list[TaskLaunch]) -> None:
         with self._lock:
             for launch in launches:
-                if launch.key in self._tasks:
+                if launch.key in self._tasks or launch.directory in self._deleted:
                     continue
                 task = _Task(launch)
                 self._claim_strays(launch)
@@ -210,6 +220,17 @@ class Agent:
             self.tick()
         return killed
 
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named `directory` was deleted: its files on
+        this node (logs, run files, its own directory) go once none of its tasks runs here
+        (a task it had may still be in its grace period), at once when none does."""
+        with self._lock:
+            self._forgotten.add(directory)
+            self._deleted[directory] = None
+            while len(self._deleted) > DELETED_KEPT:
+                self._deleted.popitem(last=False)
+        self.tick()
+
     def running(self) -> set[tuple[str, int]]:
         with self._lock:
             return set(self._tasks)
@@ -259,6 +280,22 @@ class Agent:
                     ended.append((task, *outcome))
                     self.sessions.stop_workload(task.launch.workload)
         self._report(started, ended)
+        self._remove_forgotten()
+
+    def _remove_forgotten(self) -> None:
+        """Remove the files of deleted workloads none of whose tasks runs here any more."""
+        with self._lock:
+            if not self._forgotten:
+                return
+            busy = {task.launch.directory for task in self._tasks.values()}
+            busy |= {stray.directory for stray in self._strays.values()}
+            gone = self._forgotten - busy
+            self._forgotten -= gone
+        for directory in sorted(gone):
+            try:
+                remove_leftovers(self.data_dir, self.workloads_dir, directory)
+            except ValueError as error:
+                log.warning("nothing removed: %s", error)
 
     def _watch_strays(self, now: float, busy: dict[int, float]) -> set[tuple[str, int] | None]:
         """Forget strays that have gone, kill those overdue, and count the devices of the

@@ -16,7 +16,8 @@ hearing that it was stored. So:
 
 Logs are kept by the name of their workload's directories (NAME.ID: corral.model.spec.
 directory_name), not by the workload's name, so that a later workload of the same name
-starts with none of a deleted one's output.
+starts with none of a deleted one's output. A deleted workload's log is forgotten on both
+sides (`forget`): the agent ships no more of it, and the server drops what still comes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +37,8 @@ from corral.model.spec import is_directory_name
 Key = tuple[str, int]  # (the name of its workload's directories, task)
 # At most this much of one task's log per answer; the rest follows in the next ones.
 CHUNK = 1 << 20
-# Index states the server keeps in memory (one per task log written lately).
+# Index states the server keeps in memory (one per task log written lately), and deleted
+# workloads whose late chunks it drops.
 CACHED = 10_000
 
 
@@ -68,6 +72,16 @@ class Outbox:
         """The task ended: its log grows no more."""
         if key in self.offsets and key not in self.ended:
             self.ended.add(key)
+            self._save()
+
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named so was deleted: ship no more of its
+        logs."""
+        keys = [key for key in self.offsets if key[0] == directory]
+        for key in keys:
+            del self.offsets[key]
+            self.ended.discard(key)
+        if keys:
             self._save()
 
     def acknowledge(self, stored: Mapping[Key, int]) -> None:
@@ -123,6 +137,12 @@ class Inbox:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._stored: OrderedDict[Key, _Stored] = OrderedDict()
+        # Deleted workloads, by the name of their directories: what still comes of their
+        # logs (sent before their agent forgot them) is dropped.
+        self._forgotten: OrderedDict[str, None] = OrderedDict()
+        # A deletion (an API thread) and the storing of chunks (the poller) do not meet
+        # halfway: no log is written again into a directory being removed.
+        self._lock = threading.Lock()
 
     def path(self, directory: str, task: int) -> Path:
         return self.root / directory / f"task-{task}.log"
@@ -130,10 +150,16 @@ class Inbox:
     def take(self, node: str, directory: str, task: int, offset: int | None, data: bytes) -> int:
         """Store what of `data` (found at `offset` in the node's log of the task) is not
         stored yet, and return how far the node's log is stored now. An `offset` of None
-        (an agent of an older corral) stores it all. ValueError for a `directory` that is
-        no directory's name."""
+        (an agent of an older corral) stores it all. The output of a deleted workload is
+        dropped (and said stored, so that the node sends it no more). ValueError for a
+        `directory` that is no directory's name."""
         _check(directory)
-        key = (directory, task)
+        with self._lock:
+            if directory in self._forgotten:
+                return (offset or 0) + len(data)
+            return self._store(node, (directory, task), offset, data)
+
+    def _store(self, node: str, key: Key, offset: int | None, data: bytes) -> int:
         stored = self._load(key)
         have = stored.nodes.get(node)
         if offset is not None and have is not None and offset < have:
@@ -155,6 +181,18 @@ class Inbox:
         with open(self._index(key), "a") as index:
             index.write(f"{node} {stored.nodes.get(node, -1)} {stored.size}\n")
         return end
+
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named so was deleted: remove its logs, and
+        drop what still comes of them."""
+        _check(directory)
+        with self._lock:
+            self._forgotten[directory] = None
+            while len(self._forgotten) > CACHED:
+                self._forgotten.popitem(last=False)
+            for key in [key for key in self._stored if key[0] == directory]:
+                del self._stored[key]
+            shutil.rmtree(self.root / directory, ignore_errors=True)
 
     def _index(self, key: Key) -> Path:
         return self.path(*key).with_suffix(".log.idx")

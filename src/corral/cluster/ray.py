@@ -255,6 +255,17 @@ class RayCluster:
                 if agent is not None:
                     agent.handle.stop.remote(group)
 
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named `directory` was deleted: the server's
+        copy of its logs goes now (and what of them still comes is dropped), and every
+        agent removes its files on its node once its tasks there have gone. An agent of an
+        older corral, which cannot, keeps them."""
+        self._inbox.forget(directory)
+        with self._lock:
+            agents = [a for a in self._by_name.values() if a.protocol >= 4]
+        for agent in agents:
+            agent.handle.forget.remote(directory)
+
     def running(self, node: str) -> set[tuple[str, int]] | None:
         """What the node's agent said it runs at its last answer; None when the node has
         no registered agent that answered recently (the reconciler leaves it alone)."""

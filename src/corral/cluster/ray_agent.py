@@ -261,9 +261,9 @@ class NodeAgent:
             "data_dir": str(self.data_dir),
             # 2: `drain(wait)` and a threaded actor; 3: the server's settings with every
             # call; 4: files by the name of the workload's directories (NAME.ID), which
-            # log chunks and task ends carry. An agent started by an older corral
-            # (detached actors outlive it) says less, and is replaced once it runs no
-            # task.
+            # log chunks and task ends carry, and `forget`. An agent started by an older
+            # corral (detached actors outlive it) says less, and is replaced once it runs
+            # no task.
             "protocol": PROTOCOL,
         }
 
@@ -373,6 +373,13 @@ class NodeAgent:
                 newest = int(receipt.get("answer", 0))
                 self._unacknowledged = [a for a in self._unacknowledged if a[0] > newest]
         return self._unacknowledged
+
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named `directory` was deleted: its log is
+        shipped no more, and its files on this node go once its tasks here have gone."""
+        with self._lock:
+            self._outbox.forget(directory)
+        self.agent.forget(directory)
 
     def open_session(
         self, workload: str, task: int, command: list[str], tty: bool

@@ -302,6 +302,7 @@ def delete_workload(
     managed_workload(store, current, name)
     deleted, releases = store.delete_workload(name, current.name)
     background.released([deleted], releases)
+    background.forget(deleted)
     background.loop.trigger()
     return Response(status_code=204)
 

@@ -59,6 +59,14 @@ class TaskLaunch:
     ports: tuple[str, ...] = ()
     # When the server read this binding (see above); None: unknown.
     decided_at: float | None = None
+    # The name of the workload's own directories on the node (its log, its run files, its
+    # workload directory: corral.model.spec.directory_name), NAME.ID: a later workload of
+    # the same name never finds them. Left out (a server of before): the workload's name.
+    directory: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.directory:
+            object.__setattr__(self, "directory", self.workload)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -129,12 +137,15 @@ class Reports(Protocol):
         attempt: int | None = None,
         launch: int | None = None,
         cause: str | None = None,
+        directory: str | None = None,
     ) -> None:
         """The task's process is gone; `exit_code` None when nobody knows how it ended.
         `attempt` and `launch` are those the process was launched with (`TaskLaunch`): the
         end of an earlier attempt, or of an earlier launch of the task in this attempt, is
         not the end of the task bound now. `cause` is one of CAUSES when corral ended it,
-        None when it ended by itself."""
+        None when it ended by itself. `directory` is the launch's too: the end of a deleted
+        workload's task is not that of a later workload of the same name (None: an agent
+        of before, which does not say)."""
 
     def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
         """The port numbers the agent gave the task's declared ports, by name."""

@@ -287,6 +287,12 @@ class CorralUp:
     def workload(self, name: str) -> Any:
         return self.get(f"/workloads/{name}")
 
+    def directory(self, name: str) -> str:
+        """The name of the workload's directories (NAME.ID): its logs, run files and own
+        directory."""
+        found: str = self.workload(name)["directory"]
+        return found
+
     def events(self, name: str, kind: str | None = None) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.get(f"/workloads/{name}/events")
         return [e for e in found if kind is None or e["kind"] == kind]

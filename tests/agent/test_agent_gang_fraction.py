@@ -48,7 +48,7 @@ def test_a_gang_gets_a_consistent_world_and_starts_whole(four: CorralUp) -> None
     assert {env["CORRAL_WORKLOAD"] for env in envs} == {"gang"}
     assert {env["CORRAL_PROJECT"] for env in envs} == {"research"}
     assert {env["CORRAL_CHECKPOINT_DIR"] for env in envs} == {
-        str(up.workloads_dir / "gang" / "checkpoints")
+        str(up.workloads_dir / up.directory("gang") / "checkpoints")
     }
     assert not any("CORRAL_GPU_FRACTION" in env for env in envs)
     # All three were bound at once.
@@ -118,10 +118,11 @@ def test_a_gang_that_cannot_fit_stays_pending_and_starts_nothing(corral_up: Serv
     kinds = {event["kind"] for event in up.events("too-big")}
     assert kinds == {"submitted"}, kinds
     assert up.logs("too-big", 0)["tasks"] == []
-    assert not (up.data_dir / "logs" / "too-big").exists()
-    assert processes_of(up.workloads_dir / "too-big") == []
+    assert not (up.data_dir / "logs" / up.directory("too-big")).exists()
+    assert processes_of(up.workloads_dir / up.directory("too-big")) == []
     assert up.get("/nodes")[0]["allocated_gpu"] == 1
     # The holder is cancelled, and its process stopped, before the server goes.
     with up.client() as client:
         assert client.post("/workloads/holder/cancel").status_code == 200
-    wait_until(lambda: processes_of(up.workloads_dir / "holder") == [], 20, "the holder to stop")
+    holder = up.workloads_dir / up.directory("holder")
+    wait_until(lambda: processes_of(holder) == [], 20, "the holder to stop")

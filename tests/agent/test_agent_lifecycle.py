@@ -89,7 +89,7 @@ def test_max_runtime_is_enforced(up: CorralUp) -> None:
     # The process was really stopped (and took no more than its grace period to go).
     [(_, pid)] = up.started_pids("sleeper")
     wait_until(lambda: not running(pid), 10, f"the sleeper's launcher {pid} to end")
-    exit_file = up.data_dir / "run" / "sleeper" / "task-0.exit"
+    exit_file = up.data_dir / "run" / up.directory("sleeper") / "task-0.exit"
     assert exit_file.read_text().strip() == "143"  # SIGTERM: sleep does not catch it
 
 
@@ -112,17 +112,51 @@ def test_max_runtime_kills_a_task_that_ignores_sigterm_after_its_grace_period(
 
 
 def test_deleting_a_running_workload_terms_then_kills_its_group(up: CorralUp) -> None:
-    up.submit("deleted", "team", ["sh", "-c", STUBBORN], gpu=1, grace_period=2)
+    script = f'mkdir -p "$CORRAL_CHECKPOINT_DIR"; touch "$CORRAL_CHECKPOINT_DIR/state"; {STUBBORN}'
+    up.submit("deleted", "team", ["sh", "-c", script], gpu=1, grace_period=2)
     up.wait_log("deleted", "started")
     [(_, pid)] = up.started_pids("deleted")
     assert running(pid)
+    directory = up.directory("deleted")
+    log = up.data_dir / "logs" / directory / "task-0.log"
+    files = [log.parent, up.data_dir / "run" / directory, up.workloads_dir / directory]
+    assert all(path.exists() for path in files), files
     with up.client() as client:
         assert client.delete("/workloads/deleted").status_code == 204
+    # SIGTERM first (it says so in its grace period), then SIGKILL.
+    wait_until(lambda: "ignoring TERM" in _text(log), 10, "the task to be sent SIGTERM")
     wait_until(lambda: not running(pid), 10, "the deleted workload's processes to be killed")
-    log = up.data_dir / "logs" / "deleted" / "task-0.log"
-    assert "ignoring TERM" in log.read_text()  # SIGTERM first, then SIGKILL
-    # The whole group went: nothing of the workload is left.
+    # The whole group went: nothing of the workload is left, and once it has gone, nor is
+    # what it left on disk: its log, its exit code, its own directory with its checkpoint.
     wait_until(lambda: pid not in groups_of(up.data_dir), 10, "the rest of its group to go")
+    wait_until(lambda: not any(path.exists() for path in files), 10, "its files to go")
+
+
+def test_cancelling_keeps_what_the_workload_left_and_deleting_removes_it(up: CorralUp) -> None:
+    script = 'mkdir -p "$CORRAL_CHECKPOINT_DIR"; touch "$CORRAL_CHECKPOINT_DIR/state"; echo hi'
+    up.submit("kept", "team", ["sh", "-c", script], gpu=1, max_runtime=60)
+    assert up.wait_status("kept")["status"] == "succeeded"
+    directory = up.directory("kept")
+    files = [
+        up.data_dir / "logs" / directory / "task-0.log",
+        up.data_dir / "run" / directory / "task-0.exit",
+        up.workloads_dir / directory / "checkpoints" / "state",
+    ]
+    assert all(path.exists() for path in files), files
+    # A workload that ended keeps its record, and with it its files, until it is deleted.
+    with up.client() as client:
+        assert [row["name"] for row in client.get("/history").json()].count("kept") == 1
+        assert client.delete("/workloads/kept").status_code == 204
+    wait_until(lambda: not any(path.exists() for path in files), 10, "its files to go")
+    assert not (up.workloads_dir / directory).exists()
+
+
+def _text(path: Path) -> str:
+    """What a file holds, or nothing when it is not there (any more)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def groups_of(data_dir: Path) -> set[int]:

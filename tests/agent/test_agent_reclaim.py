@@ -50,10 +50,10 @@ def test_reclaim_preempts_one_borrower_which_checkpoints_and_resumes(corral_up: 
     log = up.wait_log(victim, "preempted at step", timeout=20)
     step = int(re.search(r"preempted at step (\d+); checkpoint saved", log).group(1))  # type: ignore[union-attr]
     assert 0 < step < STEPS
-    exit_file = up.data_dir / "run" / victim / "task-0.exit"
+    exit_file = up.data_dir / "run" / up.directory(victim) / "task-0.exit"
     wait_until(exit_file.exists, 20, "the victim's exit code")
     assert exit_file.read_text().strip() == "0"
-    checkpoints = up.workloads_dir / victim / "checkpoints"
+    checkpoints = up.workloads_dir / up.directory(victim) / "checkpoints"
     saved = preemption.load_latest(checkpoints)
     assert saved is not None and saved["step"] == step and saved["runs"] == 1
 

@@ -12,7 +12,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -50,6 +50,7 @@ class Recorder:
         attempt: int | None = None,
         launch: int | None = None,
         cause: str | None = None,
+        directory: str | None = None,
     ) -> None:
         with self.lock:
             self.ended[workload] = (exit_code, reason)
@@ -60,6 +61,9 @@ class Recorder:
             self.heartbeats += 1
 
     def samples(self, node: str, samples: list[Sample]) -> None:
+        pass
+
+    def checkpoints(self, node: str, times: Mapping[str, float]) -> None:
         pass
 
 
@@ -198,3 +202,39 @@ def test_a_task_cannot_stall_the_agent_with_its_telemetry_file(tmp_path: Path) -
     link.symlink_to(target)
     assert read_declaration(str(link), time.time(), 0, 60) == (0.0, 0)
     assert read_declaration(str(target), time.time(), 0, 60) == (50.0, 0)
+
+
+# Asked to stop, it writes a last checkpoint in its grace period.
+CHECKPOINTS_ON_TERM = (
+    'mkdir -p "$CORRAL_CHECKPOINT_DIR"; '
+    "trap 'sleep 0.5; echo last > \"$CORRAL_CHECKPOINT_DIR/state\"; exit 0' TERM; "
+    "echo started; while :; do sleep 0.05; done"
+)
+
+
+def test_a_deleted_workloads_files_go_once_its_task_has_and_it_starts_no_more(
+    agent: tuple[Agent, Recorder],
+) -> None:
+    worker, recorder = agent
+    deleted = launch("gone", ["sh", "-c", CHECKPOINTS_ON_TERM], directory="gone.7", grace=5.0)
+    worker.start([deleted])
+    log = worker.log_path("gone.7", 0)
+    wait_until(lambda: log.exists() and "started" in log.read_text(), 20, "the task to start")
+    files = [log.parent, worker.exit_path("gone.7", 0).parent, worker.workloads_dir / "gone.7"]
+    worker.stop([TaskStop("gone", "n", (0,), "deleted", 5.0)])
+    worker.forget("gone.7")
+    # In its grace period its files stay: it may still be checkpointing.
+    assert all(path.exists() for path in files), files
+    wait_until(lambda: "gone" in recorder.ended, 20, "the task to end")
+    assert recorder.ended["gone"] == (0, "deleted")
+    worker.tick()
+    assert not any(path.exists() for path in files), files
+    # A launch of it delivered late (decided before it was deleted) starts nothing.
+    worker.start([deleted])
+    assert worker.running() == set()
+    # Nothing of another workload, nor of its own name under another id, went with it.
+    worker.forget("gone.8")
+    worker.forget("../escape")
+    worker.start([launch("gone", ["true"], directory="gone.9")])
+    wait_until(lambda: worker.running() == set(), 20, "the later workload's task to end")
+    assert worker.log_path("gone.9", 0).exists()

@@ -101,14 +101,15 @@ def test_a_task_runs_as_its_submitter_and_reaches_nothing_of_the_server_or_bob(
     bob_uid = pwd.getpwnam(accounts.bob).pw_uid
     up.wait_log("bob-job", f"bob ready as {bob_uid}")
     server_pid = up.process.pid if up.process else 0
+    bob_job = up.directory("bob-job")
     targets = [
         up.data_dir,
         up.data_dir / "corral.db",
         up.data_dir / "admin-token",
         up.data_dir / "logs",
-        up.data_dir / "logs" / "bob-job" / "task-0.log",
-        up.workloads_dir / "bob-job",
-        up.workloads_dir / "bob-job" / "checkpoints" / "state",
+        up.data_dir / "logs" / bob_job / "task-0.log",
+        up.workloads_dir / bob_job,
+        up.workloads_dir / bob_job / "checkpoints" / "state",
         up.workloads_dir,
         Path(f"/proc/{server_pid}/environ"),
     ]
@@ -136,7 +137,7 @@ def test_a_task_runs_as_its_submitter_and_reaches_nothing_of_the_server_or_bob(
     assert "secret=absent" in log and SECRET not in log, log
     assert "PYTEST_CURRENT_TEST" not in log and "VIRTUAL_ENV" not in log, log
     # Its paths are in its own directory, which it owns, and none leads to the data dir.
-    own = up.workloads_dir / "alice-job"
+    own = up.workloads_dir / up.directory("alice-job")
     assert f"checkpoints={own}/checkpoints telemetry={own}/task-0.util pwd={own}\n" in log, log
     assert str(up.data_dir) not in log.split("DENIED")[0], log
     info = os.stat(own)
@@ -145,7 +146,7 @@ def test_a_task_runs_as_its_submitter_and_reaches_nothing_of_the_server_or_bob(
     assert os.stat(up.data_dir).st_mode & 0o777 == 0o700
     for private in (up.data_dir / "corral.db", up.data_dir / "admin-token"):
         assert os.stat(private).st_mode & 0o077 == 0, private
-    log_file = up.data_dir / "logs" / "alice-job" / "task-0.log"
+    log_file = up.data_dir / "logs" / up.directory("alice-job") / "task-0.log"
     assert os.stat(log_file).st_mode & 0o077 == 0
 
 
@@ -158,7 +159,7 @@ def test_checkpoints_stay_in_place_across_runs_of_a_workload(cluster: Cluster) -
     assert response.status_code == 201, response.text
     done = cluster.up.wait_status("alice-retries", timeout=60)
     assert done["status"] == "failed" and done["attempts"] == 2, done
-    runs = cluster.up.workloads_dir / "alice-retries" / "checkpoints" / "r"
+    runs = cluster.up.workloads_dir / cluster.up.directory("alice-retries") / "checkpoints" / "r"
     assert len(runs.read_text().split()) == 2
 
 

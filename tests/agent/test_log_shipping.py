@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from livecorral import wait_until
@@ -108,6 +109,38 @@ def test_two_nodes_append_to_one_log_each_once(tmp_path: Path) -> None:
     again = Inbox(tmp_path / "server")
     assert again.take("a", "job", 0, 7, b"more a\n") == 14
     assert again.path("job", 0).read_bytes() == b"from a\nfrom b\nmore a\n"
+
+
+def test_a_deleted_workloads_log_is_forgotten_and_a_later_one_of_its_name_starts_empty(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "node").mkdir()
+    sender, receiver = outbox(tmp_path), Inbox(tmp_path / "server")
+    sender.watch(("job.1", 0))
+    write(tmp_path, b"secret of job 1\n", "job.1")
+    sender.acknowledge(ship(sender, receiver))
+    write(tmp_path, b"its last words\n", "job.1")
+    late = sender.chunks()  # on its way when the workload is deleted
+    receiver.forget("job.1")
+    sender.forget("job.1")
+    assert not (tmp_path / "server" / "job.1").exists()
+    assert sender.chunks() == [] and sender.offsets == {}
+    # What was on its way is dropped, and said stored, so that it is not sent again.
+    [(directory, task, offset, data)] = late
+    assert receiver.take("a", directory, task, offset, data) == offset + len(data)
+    assert not (tmp_path / "server" / "job.1").exists()
+    sender.watch(("job.2", 0))
+    write(tmp_path, b"job 2\n", "job.2")
+    sender.acknowledge(ship(sender, receiver))
+    assert receiver.path("job.2", 0).read_bytes() == b"job 2\n"
+
+
+def test_a_chunk_that_names_no_workload_directory_is_refused(tmp_path: Path) -> None:
+    receiver = Inbox(tmp_path / "server")
+    for bad in ("../escape", "job/../../x", ".job", "Job", "job.1.2", ""):
+        with pytest.raises(ValueError, match="is not the name of a workload's directories"):
+            receiver.take("a", bad, 0, 0, b"x")
+    assert not (tmp_path / "server").exists() or not any((tmp_path / "server").iterdir())
 
 
 STEPS = st.lists(

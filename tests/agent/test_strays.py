@@ -203,7 +203,7 @@ def test_a_process_that_only_names_a_launcher_is_not_taken_for_one(tmp_path: Pat
     launcher's arguments on its own command line: it leads no process group of its own,
     or, as a member's task that leads one, it does not run as the agent's account."""
     run = tmp_path / "run"
-    fake = ["-m", "corral.agent.launch", "--exit-file", str(run / "someone" / "task-0.exit")]
+    fake = ["-m", "corral.agent.launch", "--exit-file", str(run / "someone.7" / "task-0.exit")]
     sleeper = ["/bin/sh", "-c", "sleep 30", *fake, "--", "x"]
     processes = [subprocess.Popen(sleeper)]
     if os.geteuid() == 0:
@@ -221,7 +221,9 @@ def test_a_process_that_only_names_a_launcher_is_not_taken_for_one(tmp_path: Pat
         # The same launcher, of this data directory, is one.
         processes.append(by_hand([PYTHON, "-I", *fake, "--", "sleep", "30"]))
         found = wait_until(lambda: find_strays(run), 5, "the real launcher")
-        assert [(s.key, s.pid) for s in found.values()] == [(("someone", 0), processes[-1].pid)]
+        assert [(s.key, s.directory, s.pid) for s in found.values()] == [
+            (("someone", 0), "someone.7", processes[-1].pid)
+        ]
     finally:
         for process in processes:
             process.kill()

@@ -226,8 +226,19 @@ def test_list_describe_and_why(admin: Cli, api: httpx.Client) -> None:
     assert _field(described, "priority") == "train (50), preemptible"
     assert "Placement" in described and "bound" in described
     assert row(described, "0")[1:] == ["lw-node", "0,1,2,3", "4"]
+    bound = api.get("/workloads/lw-big/events").json()[1]
     assert admin.json("describe", "lw-big") == {
         "workload": api.get("/workloads/lw-big").json(),
+        "attempts": [
+            {
+                "number": 1,
+                "started": bound["time"],
+                "ended": None,
+                "nodes": ["lw-node"],
+                "outcome": "running",
+                "cause": "",
+            }
+        ],
         "events": api.get("/workloads/lw-big/events").json(),
     }
 
@@ -242,6 +253,46 @@ def test_list_describe_and_why(admin: Cli, api: httpx.Client) -> None:
         "It is the next of lw's pending workloads to be tried."
     )
     assert admin.json("why", "lw-last") == api.get("/workloads/lw-last/why").json()
+
+
+def test_describe_lists_every_attempt_with_its_cause(admin: Cli, api: httpx.Client) -> None:
+    make(api, "/queues", {"name": "at", "deserved": 1})
+    node = {"name": "at-node", "gpus": 1, "labels": {"pool": "at"}}
+    make(api, "/nodes", node)
+    pool = ("--node-selector", "pool=at")
+    admin.ok("submit", "at-job", "-p", "at", "-g", "1", "--backoff-limit", "2", *pool, "--", "x")
+    # 1: its node is removed. 2: preempted by higher-priority work of its project.
+    # 3: suspended while it runs.
+    _status(api, "at-job", "running")
+    assert api.delete("/nodes/at-node").status_code == 204
+    _status(api, "at-job", "pending")
+    make(api, "/nodes", node)
+    _status(api, "at-job", "running")
+    admin.ok("submit", "at-high", "-p", "at", "-g", "1", "--priority", "inference", *pool,
+             "--", "x")  # fmt: skip
+    _status(api, "at-high", "running")
+    admin.ok("cancel", "at-high")
+    _status(api, "at-job", "running")
+    admin.ok("suspend", "at-job")
+
+    described = admin.ok("describe", "at-job")
+    assert _field(described, "attempts") == "3"
+    assert _field(described, "retries") == (
+        "0 of 2 used (only its own failures count; requeues after a lost or fenced node "
+        "and preemptions do not)"
+    )
+    assert row(described, "1")[3:] == ["at-node", "requeued", "node at-node was removed"]
+    preempted = row(described, "2")
+    assert preempted[3:5] == ["at-node", "preempted"]
+    assert preempted[5].startswith("preempted: preempt for at-high")
+    assert row(described, "3")[3:] == ["at-node", "suspended", "by admin"]
+    attempts = admin.json("describe", "at-job")["attempts"]
+    assert [(a["number"], a["outcome"]) for a in attempts] == [
+        (1, "requeued"),
+        (2, "preempted"),
+        (3, "suspended"),
+    ]
+    assert all(a["started"] <= a["ended"] for a in attempts)
 
 
 def test_suspend_resume_and_delete(admin: Cli, api: httpx.Client) -> None:

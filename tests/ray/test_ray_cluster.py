@@ -171,6 +171,30 @@ def test_rack_label_steers_a_topology_gang(ray_server: RayServer) -> None:
     assert where == {"b", "c"}
 
 
+def test_a_deleted_workloads_logs_go_everywhere_and_its_name_starts_empty(
+    ray_server: RayServer,
+) -> None:
+    first = ray_server.submit("reused", "team", [PYTHON, "-c", "print('first run')"], gpu=GPUS)
+    ray_server.wait_log("reused", "first run", timeout=60)
+    [node] = {e["node"] for e in ray_server.events("reused", "task-started")}
+    directory = first["directory"]
+    left = [
+        ray_server.data_dir / "logs" / directory,  # shipped to the server
+        ray_server.agent_dir / node / "logs" / directory,  # the node's own
+        ray_server.agent_dir / node / "run" / directory,
+        ray_server.agent_dir / f"{node}-workloads" / directory,
+    ]
+    ray_server.wait_status("reused", "succeeded", timeout=60)
+    assert all(path.exists() for path in left), left
+    with ray_server.client() as client:
+        assert client.delete("/workloads/reused").status_code == 204
+    wait_until(lambda: not any(path.exists() for path in left), 20, "its files to go")
+    ray_server.submit("reused", "team", [PYTHON, "-c", "print('second run')"], gpu=GPUS)
+    ray_server.wait_log("reused", "second run", timeout=60)
+    assert ray_server.log_text("reused") == "second run\n"
+    assert [e["kind"] for e in ray_server.events("reused")][:2] == ["submitted", "bound"]
+
+
 def test_restarted_server_adopts_every_task(ray_server: RayServer) -> None:
     gang(ray_server, "adopted", 3, 12)
     wait_until(lambda: len(ray_server.events("adopted", "task-started")) == 3, 30, "3 starts")

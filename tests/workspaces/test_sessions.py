@@ -65,7 +65,7 @@ def test_exec_gives_output_and_exit_code(corral: Server, web: str) -> None:
     port = corral.workload("web")["ports"][0]["name"]
     assert port == "main"
     assert lines[0].startswith("out web ") and lines[0].split()[2].isdigit()
-    assert lines[1].endswith("/web")
+    assert lines[1].endswith(f"/{corral.workload('web')['directory']}")  # its own directory
     assert done.stderr == "err\n"
     # Standard input reaches it, and its end too.
     done = corral.cli("exec", "web", "--", "/bin/cat", stdin="hello\nworld\n")

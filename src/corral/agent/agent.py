@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,6 +32,7 @@ from corral.agent.identity import (
     workload_directory,
 )
 from corral.agent.launch import FENCE_REASON
+from corral.agent.leftovers import remove_leftovers
 from corral.agent.ports import allocate, port_variables
 from corral.agent.process import TaskProcess
 from corral.agent.strays import Stray, find_strays
@@ -40,6 +42,9 @@ from corral.messages import FENCED, STOPPED, Reports, TaskLaunch, TaskStop
 from corral.model.spec import Device
 
 log = logging.getLogger("corral.agent")
+
+# Deleted workloads an agent remembers, so that a late launch of one starts nothing.
+DELETED_KEPT = 10_000
 
 
 @dataclass(slots=True)
@@ -98,25 +103,33 @@ class Agent:
         # Launchers of this data directory that run from before this agent, by pid: the
         # store adopts them, or they are stopped (see corral.agent.strays).
         self._strays: dict[int, Stray] = find_strays(self.data_dir / "run")
+        # Deleted workloads, by the name of their directories, whose files go once none of
+        # their tasks runs here (`forget`); and the latest of them, whose launches (sent
+        # before the deletion, delivered after it) start nothing.
+        self._forgotten: set[str] = set()
+        self._deleted: OrderedDict[str, None] = OrderedDict()
 
     # -- paths ---------------------------------------------------------------------------
 
-    def log_path(self, workload: str, task: int) -> Path:
-        return self.data_dir / "logs" / workload / f"task-{task}.log"
+    # Each takes the name of the workload's directories (TaskLaunch.directory), not its
+    # name: a later workload of the same name never finds a deleted one's files.
 
-    def exit_path(self, workload: str, task: int) -> Path:
-        return self.data_dir / "run" / workload / f"task-{task}.exit"
+    def log_path(self, directory: str, task: int) -> Path:
+        return self.data_dir / "logs" / directory / f"task-{task}.log"
 
-    def telemetry_path(self, workload: str, task: int) -> Path:
+    def exit_path(self, directory: str, task: int) -> Path:
+        return self.data_dir / "run" / directory / f"task-{task}.exit"
+
+    def telemetry_path(self, directory: str, task: int) -> Path:
         """Where a task declares its utilisation: in its workload's own directory."""
-        return self.workloads_dir / workload / f"task-{task}.util"
+        return self.workloads_dir / directory / f"task-{task}.util"
 
     # -- orders from the server ----------------------------------------------------------
 
     def start(self, launches: list[TaskLaunch]) -> None:
         with self._lock:
             for launch in launches:
-                if launch.key in self._tasks:
+                if launch.key in self._tasks or launch.directory in self._deleted:
                     continue
                 task = _Task(launch)
                 self._claim_strays(launch)
@@ -137,7 +150,8 @@ class Agent:
         for pid, stray in list(self._strays.items()):
             if stray.key != launch.key:
                 continue
-            if pid == launch.pid and stray.proc_start == launch.proc_start:
+            own = stray.directory == launch.directory
+            if own and pid == launch.pid and stray.proc_start == launch.proc_start:
                 del self._strays[pid]
             else:
                 stop_stray(stray, time.time(), launch.grace, "its task is started again")
@@ -145,7 +159,7 @@ class Agent:
     def _adopt(self, task: _Task, pid: int, proc_start: int) -> None:
         launch = task.launch
         task.process = TaskProcess.adopt(
-            pid, proc_start, self.exit_path(launch.workload, launch.task)
+            pid, proc_start, self.exit_path(launch.directory, launch.task)
         )
         if launch.max_runtime is not None:
             # Counted from when the process started, not from the adoption.
@@ -206,6 +220,17 @@ class Agent:
             self.tick()
         return killed
 
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named `directory` was deleted: its files on
+        this node (logs, run files, its own directory) go once none of its tasks runs here
+        (a task it had may still be in its grace period), at once when none does."""
+        with self._lock:
+            self._forgotten.add(directory)
+            self._deleted[directory] = None
+            while len(self._deleted) > DELETED_KEPT:
+                self._deleted.popitem(last=False)
+        self.tick()
+
     def running(self) -> set[tuple[str, int]]:
         with self._lock:
             return set(self._tasks)
@@ -255,6 +280,22 @@ class Agent:
                     ended.append((task, *outcome))
                     self.sessions.stop_workload(task.launch.workload)
         self._report(started, ended)
+        self._remove_forgotten()
+
+    def _remove_forgotten(self) -> None:
+        """Remove the files of deleted workloads none of whose tasks runs here any more."""
+        with self._lock:
+            if not self._forgotten:
+                return
+            busy = {task.launch.directory for task in self._tasks.values()}
+            busy |= {stray.directory for stray in self._strays.values()}
+            gone = self._forgotten - busy
+            self._forgotten -= gone
+        for directory in sorted(gone):
+            try:
+                remove_leftovers(self.data_dir, self.workloads_dir, directory)
+            except ValueError as error:
+                log.warning("nothing removed: %s", error)
 
     def _watch_strays(self, now: float, busy: dict[int, float]) -> set[tuple[str, int] | None]:
         """Forget strays that have gone, kill those overdue, and count the devices of the
@@ -360,6 +401,7 @@ class Agent:
                         launch.attempt,
                         launch.launch,
                         cause,
+                        launch.directory,
                     ),
                 )
             )
@@ -370,7 +412,7 @@ class Agent:
         if beat or ended:
             # A look at each running workload's checkpoints as often as the heartbeat, and a
             # last one when a task ends (it may have checkpointed when asked to stop).
-            found = self._new_checkpoints({task.launch.workload for task, *_ in ended})
+            found = self._new_checkpoints([task.launch for task, *_ in ended])
             if found:
                 calls.append(("checkpoints", partial(reports.checkpoints, self.node, found)))
         if self.sampler is not None and self.sampler.due(time.time()):
@@ -381,16 +423,18 @@ class Agent:
             except Exception:
                 log.exception("reporting %s failed", what)
 
-    def _new_checkpoints(self, ended: set[str]) -> dict[str, float]:
+    def _new_checkpoints(self, ended: list[TaskLaunch]) -> dict[str, float]:
         """The workloads running here, or whose task here has just `ended`, whose last
         checkpoint is newer than the one reported (see corral.agent.checkpoints), with its
         time; forgets the workloads that left."""
         with self._lock:
-            workloads = {t.launch.workload for t in self._tasks.values() if t.process is not None}
+            running = [t.launch for t in self._tasks.values() if t.process is not None]
+        workloads = {launch.workload for launch in running}
+        directories = {launch.workload: launch.directory for launch in ended + running}
         now = time.time()
         found: dict[str, float] = {}
-        for workload in sorted(workloads | ended):
-            at = last_checkpoint(self.workloads_dir / workload, now)
+        for workload, directory in sorted(directories.items()):
+            at = last_checkpoint(self.workloads_dir / directory, now)
             if at is not None and at > self._checkpoints.get(workload, float("-inf")):
                 found[workload] = at
         self._checkpoints = {
@@ -415,7 +459,7 @@ class Agent:
                     task.launch.gpu,
                     task.process.pid,
                     task.process.started_at,
-                    str(self.telemetry_path(task.launch.workload, task.launch.task)),
+                    str(self.telemetry_path(task.launch.directory, task.launch.task)),
                 )
                 for task in self._tasks.values()
                 if task.process is not None
@@ -434,11 +478,11 @@ class Agent:
         except LookupError as error:
             return f"cannot run as its submitter: {error}"
         try:
-            folder = workload_directory(self.workloads_dir, launch.workload, identity)
+            folder = workload_directory(self.workloads_dir, launch.directory, identity)
             variables = dict(launch.env)
             variables["CORRAL_CHECKPOINT_DIR"] = str(folder / "checkpoints")
             variables["CORRAL_TELEMETRY_FILE"] = str(
-                self.telemetry_path(launch.workload, launch.task)
+                self.telemetry_path(launch.directory, launch.task)
             )
             if launch.ports:
                 task.ports = allocate(launch.ports, self.address)
@@ -448,8 +492,8 @@ class Agent:
                 task_environment(variables, identity),
                 # A relative working directory is taken from the workload's own.
                 str(folder / launch.workdir) if launch.workdir else str(folder),
-                self.log_path(launch.workload, launch.task),
-                self.exit_path(launch.workload, launch.task),
+                self.log_path(launch.directory, launch.task),
+                self.exit_path(launch.directory, launch.task),
                 user=identity.name if self.run_as_submitter else None,
             )
         except Exception as error:
@@ -508,7 +552,7 @@ class Agent:
                 raise LookupError(f"task {task} of {workload} is not running on {self.node}")
             launch, ports = found.launch, dict(found.ports)
         identity = self._identity(launch)
-        folder = workload_directory(self.workloads_dir, launch.workload, identity)
+        folder = workload_directory(self.workloads_dir, launch.directory, identity)
         variables = dict(launch.env)
         variables["CORRAL_CHECKPOINT_DIR"] = str(folder / "checkpoints")
         if ports:

@@ -96,9 +96,11 @@ def unfit(command: Sequence[str], env: Mapping[str, str], workdir: str | None) -
     return None
 
 
-def workload_directory(root: Path, workload: str, identity: Identity) -> Path:
-    """The workload's own directory under `root`, owned by the task's account and private
-    to it (0700); the same path on every run, so a restart finds its checkpoints.
+def workload_directory(root: Path, directory: str, identity: Identity) -> Path:
+    """The workload's own directory under `root`, named `directory` (NAME.ID: see
+    corral.model.spec.directory_name), owned by the task's account and private to it
+    (0700); the same path on every run, so a restart finds its checkpoints, and never a
+    deleted workload's of the same name.
 
     `root` itself is 0711 and written by the agent only: everyone may pass through it to
     their own workload's directory, nobody may list it, and nobody but the agent can plant
@@ -108,15 +110,16 @@ def workload_directory(root: Path, workload: str, identity: Identity) -> Path:
     put a symlink there.
     """
     own_directory(root, 0o711, "--workloads-dir")
-    path = root / workload
+    path = root / directory
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         info = None
     if info is not None and (not stat.S_ISDIR(info.st_mode) or info.st_uid != identity.uid):
-        # Left by a deleted workload of the same name that ran as someone else: kept for
-        # the operator, out of the way, and never handed to the new owner.
-        os.rename(path, root / f".{workload}.{info.st_uid}.{time.time_ns()}")
+        # Not the task's own (a directory of before NAME.ID that a deleted workload of the
+        # same name left, of another account): kept for the operator, out of the way, and
+        # never handed to the new owner.
+        os.rename(path, root / f".{directory}.{info.st_uid}.{time.time_ns()}")
         info = None
     if info is None:
         with contextlib.suppress(FileExistsError):

@@ -1,6 +1,7 @@
 """Task processes that an agent finds running when it starts but was not told about.
 
-A task's launcher (`python -I -m corral.agent.launch --exit-file DATA/run/W/task-N.exit`)
+A task's launcher (`python -I -m corral.agent.launch --exit-file DATA/run/D/task-N.exit`,
+D the workload's directory name, NAME.ID: corral.model.spec.directory_name)
 outlives its agent on purpose: a restarted agent adopts the tasks the store binds, by
 the pid and start time the store recorded. Two kinds of process escape that: a task
 evicted by a preemption the store committed just before a crash (it was never sent its
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.agent.process import alive, process_start
+from corral.model.spec import workload_of_directory
 
 log = logging.getLogger("corral.agent")
 
@@ -34,7 +36,9 @@ ENVIRON_LIMIT = 1 << 20
 @dataclass(slots=True)
 class Stray:
     """A launcher nobody adopted: its task, its pid (also its process group), start time,
-    the devices its command holds (None when unknown: then it may hold any)."""
+    the devices its command holds (None when unknown: then it may hold any), and the name
+    of its workload's directories (which tells a deleted workload's task from that of a
+    later workload of the same name)."""
 
     workload: str
     task: int
@@ -43,6 +47,7 @@ class Stray:
     shares: list[tuple[int, float]] | None = None
     kill_at: float | None = None
     reason: str | None = None
+    directory: str = ""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -65,7 +70,8 @@ def _arguments(pid: int) -> list[bytes] | None:
 
 
 def _task_of(arguments: list[bytes], run_dir: Path) -> tuple[str, int] | None:
-    """The (workload, task) of a launcher whose exit file lies in `run_dir`, else None."""
+    """The (directory name, task) of a launcher whose exit file lies in `run_dir`, else
+    None."""
     if LAUNCHER not in arguments or b"--exit-file" not in arguments:
         return None
     # The launcher's own options come before "--"; the task's command after it may say
@@ -113,7 +119,7 @@ def _launcher_like(pid: int) -> bool:
 
 
 def find_strays(run_dir: Path) -> dict[int, Stray]:
-    """The launchers alive now whose exit file is `run_dir/WORKLOAD/task-N.exit`, by pid
+    """The launchers alive now whose exit file is `run_dir/DIRECTORY/task-N.exit`, by pid
     (a task may have two: one of an earlier launch), with the devices their commands hold
     (a hostile command may rewrite its environment; it gains nothing but a quicker start
     for whoever is given its devices, since it is stopped anyway)."""
@@ -135,10 +141,11 @@ def find_strays(run_dir: Path) -> dict[int, Stray]:
         elif _launcher_like(pid):
             launchers[pid] = key
     strays: dict[int, Stray] = {}
-    for pid, (workload, task) in launchers.items():
+    for pid, (directory, task) in launchers.items():
         started = process_start(pid)
         if started is not None and alive(pid, started):
-            strays[pid] = Stray(workload, task, pid, started)
+            workload = workload_of_directory(directory)
+            strays[pid] = Stray(workload, task, pid, started, directory=directory)
     for pid in others:
         try:
             group = os.getpgid(pid)

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -112,6 +113,13 @@ def _explain(error: Exception) -> tuple[str, int]:
         "(run with corral --debug to see the traceback)",
         EXIT_INTERNAL,
     )
+
+
+def format_when(stamp: float | None) -> str:
+    """A time as local "YYYY-MM-DD HH:MM:SS", or "-"."""
+    if stamp is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
 
 
 def print_json(data: object) -> None:

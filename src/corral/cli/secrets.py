@@ -18,12 +18,12 @@ from rich.table import Table
 from corral.cli.common import (
     InvalidInput,
     OutputFormat,
+    format_when,
     out_console,
     printed_as_data,
     reported_errors,
 )
 from corral.cli.config import connect
-from corral.cli.workloads import format_when
 
 secret_app = typer.Typer(
     help="A project's secrets: set from stdin or a file, listed by name only.",

@@ -9,8 +9,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from corral.cli.attempts import attempts_json, attempts_of, attempts_table, retries_line
 from corral.cli.common import (
     OutputFormat,
+    format_when,
     out_console,
     print_json,
     printed_as_data,
@@ -132,15 +134,21 @@ def describe_command(
     name: Name,
     json_output: Annotated[
         bool,
-        typer.Option("--json", help='Print {"workload": ..., "events": [...]} from the API.'),
+        typer.Option(
+            "--json",
+            help='Print {"workload": ..., "attempts": [...], "events": [...]}: the API\'s '
+            "workload and events, and the attempts found in them.",
+        ),
     ] = False,
 ) -> None:
-    """A workload's spec, status, placement and events."""
+    """A workload's spec, status, placement, attempts (every run, with how it ended and
+    why) and events."""
     with reported_errors(ctx), connect() as client:
         workload = client.get_workload(name)
         events = client.events(name)
+    attempts = attempts_of(workload, events)
     if json_output:
-        print_json({"workload": workload, "events": events})
+        print_json({"workload": workload, "attempts": attempts_json(attempts), "events": events})
         return
     console = out_console()
     console.print(_spec(workload))
@@ -157,6 +165,8 @@ def describe_command(
                 format_gpus(placement["gpu"]),
             )
         console.print(table)
+    if attempts:
+        console.print(attempts_table(attempts))
     console.print(_events_table(events) if events else Text("No events."))
 
 
@@ -302,13 +312,6 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
-def format_when(stamp: float | None) -> str:
-    """A time as local "YYYY-MM-DD HH:MM:SS", or "-"."""
-    if stamp is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
-
-
 def _duration(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
@@ -353,6 +356,7 @@ def _spec(workload: WorkloadOut) -> Table:
     rows += describe_rows(workload)
     rows += [
         ("attempts", str(workload["attempts"])),
+        ("retries", retries_line(workload)),
         ("created", format_when(workload["created_at"])),
         ("started", format_when(workload["started_at"])),
         ("finished", format_when(workload["finished_at"])),

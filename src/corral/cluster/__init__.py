@@ -12,8 +12,10 @@ which is how the scheduler is tested and how a dry-run server behaves.
 
 A cluster may also offer `rendezvous(workload, attempt, node) -> (address, port)`: rank
 0's node address and a port its agent found free, for a gang's MASTER_ADDR and
-MASTER_PORT (else a port free on the server's machine), and `checkpoint_root`: storage
-every node sees, where checkpoints go instead of the server's data directory.
+MASTER_PORT (else a port free on the server's machine), `checkpoint_root`: storage
+every node sees, where checkpoints go instead of the server's data directory, and
+`forget(directory)`: a deleted workload's files go, on the server (its logs) and on every
+node once its tasks there have gone (see corral.model.spec.directory_name).
 """
 
 from __future__ import annotations

@@ -43,6 +43,12 @@ class LocalCluster:
             if agent is not None:
                 agent.stop(group)
 
+    def forget(self, directory: str) -> None:
+        """A deleted workload's files go, from every agent here, once its tasks have gone
+        (see Agent.forget): on one machine its logs are the server's too."""
+        for agent in self.agents.values():
+            agent.forget(directory)
+
     def open_session(
         self, node: str, workload: str, task: int, command: list[str], tty: bool
     ) -> ExecSession:

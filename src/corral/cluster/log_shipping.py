@@ -13,6 +13,11 @@ hearing that it was stored. So:
   write: node, the node's offset, the log's size), how far it got. Bytes past the last
   recorded size (a write the server was killed in the middle of) are cut off when the
   index is read again, and come again from the node, whose offset was not acknowledged.
+
+Logs are kept by the name of their workload's directories (NAME.ID: corral.model.spec.
+directory_name), not by the workload's name, so that a later workload of the same name
+starts with none of a deleted one's output. A deleted workload's log is forgotten on both
+sides (`forget`): the agent ships no more of it, and the server drops what still comes.
 """
 
 from __future__ import annotations
@@ -20,15 +25,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-Key = tuple[str, int]  # (workload, task)
+from corral.model.spec import is_directory_name
+
+Key = tuple[str, int]  # (the name of its workload's directories, task)
 # At most this much of one task's log per answer; the rest follows in the next ones.
 CHUNK = 1 << 20
-# Index states the server keeps in memory (one per task log written lately).
+# Index states the server keeps in memory (one per task log written lately), and deleted
+# workloads whose late chunks it drops.
 CACHED = 10_000
 
 
@@ -64,6 +74,16 @@ class Outbox:
             self.ended.add(key)
             self._save()
 
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named so was deleted: ship no more of its
+        logs."""
+        keys = [key for key in self.offsets if key[0] == directory]
+        for key in keys:
+            del self.offsets[key]
+            self.ended.discard(key)
+        if keys:
+            self._save()
+
     def acknowledge(self, stored: Mapping[Key, int]) -> None:
         """The server stored these logs up to these offsets."""
         changed = False
@@ -75,7 +95,7 @@ class Outbox:
             self._save()
 
     def chunks(self) -> list[tuple[str, int, int, bytes]]:
-        """What the server has not acknowledged yet, as (workload, task, offset, bytes),
+        """What the server has not acknowledged yet, as (directory, task, offset, bytes),
         at most CHUNK per task; forgets the logs acknowledged to the end of a task."""
         found = []
         forgotten = False
@@ -117,15 +137,29 @@ class Inbox:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._stored: OrderedDict[Key, _Stored] = OrderedDict()
+        # Deleted workloads, by the name of their directories: what still comes of their
+        # logs (sent before their agent forgot them) is dropped.
+        self._forgotten: OrderedDict[str, None] = OrderedDict()
+        # A deletion (an API thread) and the storing of chunks (the poller) do not meet
+        # halfway: no log is written again into a directory being removed.
+        self._lock = threading.Lock()
 
-    def path(self, workload: str, task: int) -> Path:
-        return self.root / workload / f"task-{task}.log"
+    def path(self, directory: str, task: int) -> Path:
+        return self.root / directory / f"task-{task}.log"
 
-    def take(self, node: str, workload: str, task: int, offset: int | None, data: bytes) -> int:
+    def take(self, node: str, directory: str, task: int, offset: int | None, data: bytes) -> int:
         """Store what of `data` (found at `offset` in the node's log of the task) is not
         stored yet, and return how far the node's log is stored now. An `offset` of None
-        (an agent of an older corral) stores it all."""
-        key = (workload, task)
+        (an agent of an older corral) stores it all. The output of a deleted workload is
+        dropped (and said stored, so that the node sends it no more). ValueError for a
+        `directory` that is no directory's name."""
+        _check(directory)
+        with self._lock:
+            if directory in self._forgotten:
+                return (offset or 0) + len(data)
+            return self._store(node, (directory, task), offset, data)
+
+    def _store(self, node: str, key: Key, offset: int | None, data: bytes) -> int:
         stored = self._load(key)
         have = stored.nodes.get(node)
         if offset is not None and have is not None and offset < have:
@@ -134,7 +168,7 @@ class Inbox:
         end = (offset or 0) + len(data)
         if not data:
             return have if have is not None else end
-        path = self.path(workload, task)
+        path = self.path(*key)
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
         descriptor = os.open(path, flags, 0o600)
         with os.fdopen(descriptor, "wb") as handle:
@@ -147,6 +181,18 @@ class Inbox:
         with open(self._index(key), "a") as index:
             index.write(f"{node} {stored.nodes.get(node, -1)} {stored.size}\n")
         return end
+
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named so was deleted: remove its logs, and
+        drop what still comes of them."""
+        _check(directory)
+        with self._lock:
+            self._forgotten[directory] = None
+            while len(self._forgotten) > CACHED:
+                self._forgotten.popitem(last=False)
+            for key in [key for key in self._stored if key[0] == directory]:
+                del self._stored[key]
+            shutil.rmtree(self.root / directory, ignore_errors=True)
 
     def _index(self, key: Key) -> Path:
         return self.path(*key).with_suffix(".log.idx")
@@ -163,6 +209,12 @@ class Inbox:
         while len(self._stored) > CACHED:
             self._stored.popitem(last=False)
         return stored
+
+
+def _check(directory: str) -> None:
+    # A chunk that names anything else is not stored: it must not name another path.
+    if not is_directory_name(directory):
+        raise ValueError(f"{directory!r} is not the name of a workload's directories")
 
 
 def _read_index(index: Path, log: Path) -> _Stored:

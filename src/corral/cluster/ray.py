@@ -255,6 +255,17 @@ class RayCluster:
                 if agent is not None:
                     agent.handle.stop.remote(group)
 
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named `directory` was deleted: the server's
+        copy of its logs goes now (and what of them still comes is dropped), and every
+        agent removes its files on its node once its tasks there have gone. An agent of an
+        older corral, which cannot, keeps them."""
+        self._inbox.forget(directory)
+        with self._lock:
+            agents = [a for a in self._by_name.values() if a.protocol >= 4]
+        for agent in agents:
+            agent.handle.forget.remote(directory)
+
     def running(self, node: str) -> set[tuple[str, int]] | None:
         """What the node's agent said it runs at its last answer; None when the node has
         no registered agent that answered recently (the reconciler leaves it alone)."""
@@ -544,10 +555,16 @@ class RayCluster:
         agent.strays = {(workload, task) for workload, task in answer.get("strays", ())}
         stored = {}
         for chunk in answer["logs"]:
-            # (workload, task, offset, bytes); an agent of an older corral sends no offset.
-            workload, task, data = chunk[0], chunk[1], chunk[-1]
+            # (directory, task, offset, bytes); an agent of an older corral sends no
+            # offset, and its workload's name for the directory.
+            directory, task, data = chunk[0], chunk[1], chunk[-1]
             offset = chunk[2] if len(chunk) == 4 else None
-            stored[(workload, task)] = self._inbox.take(agent.name, workload, task, offset, data)
+            try:
+                end = self._inbox.take(agent.name, directory, task, offset, data)
+            except ValueError as error:
+                log.warning("a log chunk of node %s is not stored: %s", agent.name, error)
+                continue
+            stored[(directory, task)] = end
         reports = self.reports
         if reports is None:
             return
@@ -582,9 +599,10 @@ class RayCluster:
         elif kind == "ports":
             reports.task_ports(agent.name, workload, task, item[4])
         else:
-            # Agents of older corrals send no launch (before launches were numbered) or
-            # no cause.
+            # Agents of older corrals send no launch (before launches were numbered), no
+            # cause or no directory.
             cause = item[7] if len(item) > 7 and item[7] in CAUSES else None
+            directory = item[8] if len(item) > 8 and isinstance(item[8], str) else None
             if cause is not None:
                 log.warning("task %s/%d on %s %s: %s", workload, task, agent.name, cause, item[5])
             reports.task_ended(
@@ -596,6 +614,7 @@ class RayCluster:
                 attempt if attempt >= 0 else None,
                 item[6] if len(item) > 6 else None,
                 cause,
+                directory,
             )
             with self._lock:
                 if self._latest.get((workload, task)) == (agent.name, attempt):

@@ -51,7 +51,7 @@ from corral.model.telemetry import Sample
 log = logging.getLogger("corral.agent")
 
 # What this agent understands (see `hello`).
-PROTOCOL = 3
+PROTOCOL = 4
 # How often the watchdog asks the cluster whether this node is still part of it.
 WATCH_EVERY = 1.0
 
@@ -85,6 +85,7 @@ class _Buffer:
         attempt: int | None = None,
         launch: int | None = None,
         cause: str | None = None,
+        directory: str | None = None,
     ) -> None:
         with self.lock:
             known = self.attempts.get((workload, task), -1)
@@ -93,7 +94,7 @@ class _Buffer:
                 # Only its own: the task may be started again already, for a later attempt
                 # (its end reported after the agent let go of it).
                 self.attempts.pop((workload, task), None)
-            item = ("ended", workload, task, attempt, exit_code, reason, launch, cause)
+            item = ("ended", workload, task, attempt, exit_code, reason, launch, cause, directory)
             self.items.append(item)
             self.added.notify_all()
 
@@ -187,7 +188,8 @@ class NodeAgent:
         self.agent.start_thread()
         # The actor is threaded (see corral.cluster.ray): this guards what follows.
         self._lock = threading.Lock()
-        # Log shipping: how far the server stored each task's log.
+        # Log shipping: how far the server stored each task's log, by the name of its
+        # workload's directories and its number.
         self._outbox = Outbox(self.data_dir / "log-offsets.json", self.agent.log_path)
         # The newest answer, with what it sent again, until the server acknowledges it:
         # (its number, reports, checkpoint times).
@@ -259,8 +261,10 @@ class NodeAgent:
             "pid": os.getpid(),
             "data_dir": str(self.data_dir),
             # 2: `drain(wait)` and a threaded actor; 3: the server's settings with every
-            # call. An agent started by an older corral (detached actors outlive it) says
-            # less, and is replaced once it runs no task.
+            # call; 4: files by the name of the workload's directories (NAME.ID), which
+            # log chunks and task ends carry, and `forget`. An agent started by an older
+            # corral (detached actors outlive it) says less, and is replaced once it runs
+            # no task.
             "protocol": PROTOCOL,
         }
 
@@ -275,7 +279,7 @@ class NodeAgent:
             env = dict(launch.env)
             # The telemetry file is the agent's, on this node's disk.
             env["CORRAL_TELEMETRY_FILE"] = str(
-                self.data_dir / "run" / launch.workload / f"task-{launch.task}.util"
+                self.data_dir / "run" / launch.directory / f"task-{launch.task}.util"
             )
             if env.get("WORLD_SIZE") == "1":
                 # The server asks no agent for a single task's port: it is this node's.
@@ -284,7 +288,7 @@ class NodeAgent:
             with self.buffer.lock:
                 self.buffer.attempts[launch.key] = launch.attempt
             with self._lock:
-                self._outbox.watch(launch.key)
+                self._outbox.watch((launch.directory, launch.task))
         self.agent.start(fresh)
 
     def stop(self, stops: list[TaskStop]) -> None:
@@ -339,7 +343,8 @@ class NodeAgent:
         with self._lock:
             for item in items:
                 if item[0] == "ended":
-                    self._outbox.finish((item[1], item[2]))
+                    # By the directories' name the task was launched with.
+                    self._outbox.finish((item[8] or item[1], item[2]))
             reports, times = items, checkpoints
             if again is not None:
                 reports, times = again[1] + items, again[2] | checkpoints
@@ -373,6 +378,13 @@ class NodeAgent:
             ):
                 self._unacknowledged = unacknowledged = None
         return unacknowledged
+
+    def forget(self, directory: str) -> None:
+        """The workload whose directories are named `directory` was deleted: its log is
+        shipped no more, and its files on this node go once its tasks here have gone."""
+        with self._lock:
+            self._outbox.forget(directory)
+        self.agent.forget(directory)
 
     def open_session(
         self, workload: str, task: int, command: list[str], tty: bool

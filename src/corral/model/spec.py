@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +28,30 @@ class PortSpec:
 
 
 MAIN_PORT = "main"
+
+
+def directory_name(workload: str, workload_id: int | None) -> str:
+    """The name of a workload's own directories (its logs, its run files on a node, its
+    workload directory with its checkpoints): NAME.ID, so that a workload that takes the
+    name of a deleted one starts with none of its files (an id is never given twice, and a
+    name holds no "."). `workload_id` None: a workload submitted before corral named them
+    so, whose directories keep its name alone (its running tasks write there)."""
+    return workload if workload_id is None else f"{workload}.{workload_id}"
+
+
+def workload_of_directory(directory: str) -> str:
+    """The name of the workload whose directories are named `directory`."""
+    return directory.partition(".")[0]
+
+
+# A workload's name (as the API takes it), then its id: what `directory_name` gives.
+_DIRECTORY = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[0-9]{1,18})?$")
+
+
+def is_directory_name(text: str) -> bool:
+    """Whether `text` may name a workload's directories (`directory_name`): what a node
+    or a message says is checked before it names a path."""
+    return len(text) <= 90 and _DIRECTORY.match(text) is not None
 
 
 @dataclass(frozen=True, slots=True)

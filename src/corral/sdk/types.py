@@ -108,6 +108,9 @@ class EventOut(TypedDict):
     kind: str
     cause: str
     reason: str
+    # the workload's attempt (run) the event belongs to, from the `bound` that starts it to the
+    # event that ends it; null outside a run
+    attempt: int | None
 
 
 class HistoryOut(TypedDict):
@@ -415,6 +418,13 @@ class WhyQueueOut(TypedDict):
 
 class WorkloadOut(TypedDict):
     name: str
+    # never given to another workload, even one that takes this name once this one is deleted
+    id: int
+    # the name of its own directories: its logs (DATA_DIR/logs/DIRECTORY on the server), its
+    # workload directory with its checkpoints (WORKLOADS_DIR/DIRECTORY on its node): NAME.ID, so
+    # that a later workload of the same name starts with none of them (NAME alone for a workload
+    # submitted before corral named them so)
+    directory: str
     project: str
     user: str
     status: WorkloadStatus
@@ -434,7 +444,11 @@ class WorkloadOut(TypedDict):
     max_runtime: float | None
     backoff_limit: int
     grace_period: float
+    # runs started: retries, requeues and preemptions included
     attempts: int
+    # runs that ended in its own failure (a task's non-zero exit, a maximum runtime): only these
+    # count against backoff_limit, not requeues or preemptions
+    failures: int
     created_at: float
     started_at: float | None
     # for a pending workload, when it last became pending: its submission, or its latest requeue,

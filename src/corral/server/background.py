@@ -99,6 +99,15 @@ class Background:
         for workload, stopped in by_workload.items():
             self.dispatcher.release(stopped, grace.get(workload))
 
+    def forget(self, deleted: WorkloadRecord) -> None:
+        """A deleted workload's files go: its logs on the server, and what its agents keep
+        (run files, its own directory with its checkpoints) once its tasks have gone, on
+        one machine and on every node whose agent can (see Cluster.forget). Its events
+        stay in the store."""
+        forget = getattr(self.cluster, "forget", None)
+        if forget is not None:
+            forget(deleted.directory)
+
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         """Run the background work while the application serves."""

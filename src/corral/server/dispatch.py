@@ -120,6 +120,7 @@ def launches(
                 unix_user=(accounts or {}).get(spec.user) if spec.user else None,
                 ports=tuple(port.name for port in spec.ports),
                 decided_at=decided_at,
+                directory=work.workload.directory,
             )
         )
     return result
@@ -256,8 +257,11 @@ class Dispatcher:
         attempt: int | None = None,
         launch: int | None = None,
         cause: str | None = None,
+        directory: str | None = None,
     ) -> None:
-        self.reports.put(Ended(node, workload, task, exit_code, reason, attempt, launch, cause))
+        self.reports.put(
+            Ended(node, workload, task, exit_code, reason, attempt, launch, cause, directory)
+        )
 
     def heartbeat(self, node: str) -> None:
         self.reports.put(Beat(node))

@@ -1,17 +1,24 @@
-"""Reading a task's output from the data directory, where its agent writes it."""
+"""Reading a task's output from the data directory, where its agent writes it (or where
+the output shipped from its node is stored): DATA_DIR/logs/DIRECTORY/task-N.log, by the
+name of its workload's directories (NAME.ID), so that a workload that takes a deleted
+one's name reads none of its output."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from corral.server.schemas import LogOut
+from corral.store.records import WorkloadRecord
 
 LOG_CHUNK = 1 << 20
 
 
-def read_log(data_dir: Path | None, name: str, task: int, offset: int, tail: int | None) -> LogOut:
+def read_log(
+    data_dir: Path | None, workload: WorkloadRecord, task: int, offset: int, tail: int | None
+) -> LogOut:
     """A task's output from `offset` (at most 1 MiB of it), or its last `tail` lines."""
-    folder = data_dir / "logs" / name if data_dir is not None else None
+    name = workload.name
+    folder = data_dir / "logs" / workload.directory if data_dir is not None else None
     tasks = sorted(
         int(path.stem.split("-", 1)[1])
         for path in (folder.glob("task-*.log") if folder and folder.is_dir() else [])

@@ -100,6 +100,8 @@ def workload_fields(record: WorkloadRecord) -> dict[str, Any]:
     lost = record.lost_work
     return {
         "name": spec.name,
+        "id": record.id,
+        "directory": record.directory,
         "project": spec.project,
         "user": spec.user,
         "status": record.status,
@@ -129,6 +131,7 @@ def workload_fields(record: WorkloadRecord) -> dict[str, Any]:
         "backoff_limit": spec.backoff_limit,
         "grace_period": float(spec.grace_period),
         "attempts": record.attempts,
+        "failures": record.failures,
         "created_at": float(record.created_at),
         "started_at": _seconds(record.started_at),
         "pending_since": _seconds(record.waiting_since) if record.status == "pending" else None,

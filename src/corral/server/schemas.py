@@ -689,6 +689,16 @@ class LostWorkOut(BaseModel):
 
 class WorkloadOut(BaseModel):
     name: str
+    id: int = Field(
+        description="never given to another workload, even one that takes this name once "
+        "this one is deleted"
+    )
+    directory: str = Field(
+        description="the name of its own directories: its logs (DATA_DIR/logs/DIRECTORY on "
+        "the server), its workload directory with its checkpoints (WORKLOADS_DIR/DIRECTORY "
+        "on its node): NAME.ID, so that a later workload of the same name starts with none "
+        "of them (NAME alone for a workload submitted before corral named them so)"
+    )
     project: str
     user: str
     status: Literal["pending", "running", "suspended", "succeeded", "failed", "cancelled"]
@@ -707,7 +717,12 @@ class WorkloadOut(BaseModel):
     max_runtime: float | None
     backoff_limit: int
     grace_period: float
-    attempts: int
+    attempts: int = Field(description="runs started: retries, requeues and preemptions included")
+    failures: int = Field(
+        0,
+        description="runs that ended in its own failure (a task's non-zero exit, a maximum "
+        "runtime): only these count against backoff_limit, not requeues or preemptions",
+    )
     created_at: float
     started_at: float | None
     pending_since: float | None = Field(
@@ -739,6 +754,11 @@ class EventOut(BaseModel):
     kind: str
     cause: str
     reason: str
+    attempt: int | None = Field(
+        None,
+        description="the workload's attempt (run) the event belongs to, from the `bound` "
+        "that starts it to the event that ends it; null outside a run",
+    )
 
 
 class HolderOut(BaseModel):

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from corral.model import Node, Placement, PoolQuota, Queue, Resources, TaskGroup, Topology
 from corral.model.arrays import ArrayMember, Dependency
-from corral.model.spec import Device, PortSpec, WorkloadSpec
+from corral.model.spec import Device, PortSpec, WorkloadSpec, directory_name
 from corral.store.database import json_text
 from corral.store.records import LostWork, NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
@@ -303,6 +303,11 @@ def spec_of(row: Any, project: str, task_groups: tuple[TaskGroup, ...]) -> Workl
     )
 
 
+def directory_of(row: WorkloadRow) -> str:
+    """The name of the row's workload's directories (WorkloadRecord.directory)."""
+    return directory_name(row.name, None if row.dirs_by_name else row.id)
+
+
 def workload_record(row: WorkloadRow, project: str) -> WorkloadRecord:
     """The workload of a row in queue `project`, with its placements."""
     return record_of(
@@ -327,6 +332,8 @@ def record_of(
         status=row.status,
         reason=row.reason,
         attempts=row.attempts,
+        failures=row.failures,
+        dirs_by_name=row.dirs_by_name,
         created_at=row.created_at,
         started_at=row.started_at,
         finished_at=row.finished_at,

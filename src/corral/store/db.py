@@ -353,10 +353,18 @@ class Store(Database):
         with self.read() as session:
             return history.history(session, query, time.time())
 
-    def events(self, workload: str | None = None, limit: int = 1000) -> list[EventRecord]:
-        """The newest `limit` events (of `workload`, or of all), oldest first."""
+    def events(
+        self, workload: str | None = None, limit: int = 1000, workload_id: int | None = None
+    ) -> list[EventRecord]:
+        """The newest `limit` events, oldest first: of the workload whose id is
+        `workload_id`, or of the workload named `workload` now (none when there is no such
+        workload: the events of a deleted one are not its name's), or of all."""
         with self.read() as session:
-            return events.list_events(session, workload, limit)
+            if workload is not None and workload_id is None:
+                workload_id = workloads.workload_id(session, workload)
+                if workload_id is None:
+                    return []
+            return events.list_events(session, workload_id, limit)
 
     # -- scheduling ----------------------------------------------------------------------
 
@@ -451,12 +459,15 @@ class Store(Database):
         attempt: int | None = None,
         launch: int | None = None,
         cause: str | None = None,
+        directory: str | None = None,
     ) -> list[Release]:
         """A task's process ended. A task that is no longer bound (evicted, suspended,
-        deleted), the end of an earlier `attempt` than the workload's current one (a
-        preempted process whose end arrives after the workload was bound again), or of
-        another `launch` of the task than the one bound now (an elastic workload's task
-        evicted and bound again in the same attempt), changes nothing more. An end that
+        deleted), the end of a task of a deleted workload of the same name (`directory`:
+        the launch's, corral.messages), the end of an earlier `attempt` than the workload's
+        current one (a preempted process whose end arrives after the workload was bound
+        again), or of another `launch` of the task than the one bound now (an elastic
+        workload's task evicted and bound again in the same attempt), changes nothing
+        more. An end that
         corral caused (`cause`: its node fenced, an order of the server's) requeues the
         workload whole without using a retry. Otherwise exit 0 marks the task done, and
         the workload succeeds when every task is; any other end is the workload's failure:
@@ -468,7 +479,15 @@ class Store(Database):
         with self.write(touched=(workload,)) as session:
             decided = time.time()
             stopped = tasks.task_ended(
-                session, workload, task, exit_code, reason, attempt, launch, cause=cause
+                session,
+                workload,
+                task,
+                exit_code,
+                reason,
+                attempt,
+                launch,
+                cause=cause,
+                directory=directory,
             )
             return tasks.stamped(stopped, decided)
 

@@ -74,7 +74,7 @@ def history(session: Session, query: HistoryQuery, now: float) -> list[HistoryRe
     names = {record.name for record in found}
     born = {record.name: record.created_at for record in found}
     # A name may have been used by a workload deleted before this one: only what happened
-    # since this one was submitted counts.
+    # since this one was submitted counts (allocation intervals are kept by name).
     seconds = dict.fromkeys(names, 0.0)
     for name, gpu, start, end in session.execute(
         select(
@@ -83,12 +83,12 @@ def history(session: Session, query: HistoryQuery, now: float) -> list[HistoryRe
     ):
         if start >= born[name]:
             seconds[name] += gpu * max(0.0, (end if end is not None else now) - start)
-    evictions = dict.fromkeys(names, 0)
-    for evicted, at in session.execute(
-        select(EventRow.workload, EventRow.time).where(
-            EventRow.workload.in_(names), EventRow.kind == "preempted"
+    evictions = dict.fromkeys((record.id for record in found), 0)
+    for evicted in session.scalars(
+        select(EventRow.workload_id).where(
+            EventRow.workload_id.in_(evictions), EventRow.kind == "preempted"
         )
     ):
-        if evicted is not None and at >= born[evicted]:
+        if evicted is not None:
             evictions[evicted] += 1
-    return [HistoryRecord(record, seconds[record.name], evictions[record.name]) for record in found]
+    return [HistoryRecord(record, seconds[record.name], evictions[record.id]) for record in found]

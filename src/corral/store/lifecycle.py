@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 from corral.model.arrays import Dependency
 from corral.store.convert import array_reason, dependency_text, workload_record
 from corral.store.errors import Conflict, NotFound
-from corral.store.events import add_event, add_events, event_values
+from corral.store.events import add_events, add_workload_event, event_values, run_of
 from corral.store.records import ACTIVE, Release, WorkloadRecord
 from corral.store.schema import WorkloadRow
 from corral.store.tasks import releases
@@ -81,8 +81,9 @@ def delete_workload(
     row = workload_row(session, name)
     record = workload_record(row, row.queue.name)
     stopped = releases(row, {p.task for p in row.placements}, f"deleted by {cause}")
+    # Its events stay (the audit trail), by its id: a later workload of the name has none.
+    add_workload_event(session, row, "deleted", cause, "", attempt=run_of(row))
     session.delete(row)
-    add_event(session, "deleted", cause, "", workload=name)
     return record, stopped
 
 
@@ -96,10 +97,11 @@ def suspend(session: Session, name: str, cause: str) -> tuple[WorkloadRecord, li
         )
     record = workload_record(row, row.queue.name)
     stopped = releases(row, {p.task for p in row.placements}, f"suspended by {cause}")
+    attempt = run_of(row)
     row.placements.clear()
     row.status = "suspended"
     row.reason = f"suspended by {cause}"
-    add_event(session, "suspended", cause, "", workload=name)
+    add_workload_event(session, row, "suspended", cause, "", attempt=attempt)
     return record, stopped
 
 
@@ -111,19 +113,20 @@ def resume(session: Session, name: str, cause: str) -> WorkloadRecord:
     row.status = "pending"
     row.pending_since = time.time()
     row.reason = None
-    add_event(session, "resumed", cause, "", workload=name)
+    add_workload_event(session, row, "resumed", cause, "")
     session.flush()
     return workload_record(row, row.queue.name)
 
 
 def _cancel_row(session: Session, row: WorkloadRow, cause: str, reason: str) -> None:
+    attempt = run_of(row)
     row.placements.clear()
     row.status = "cancelled"
     row.reason = reason
     row.cancelled_by = cause
     row.held = False
     row.finished_at = time.time()
-    add_event(session, "cancelled", cause, reason, workload=row.name)
+    add_workload_event(session, row, "cancelled", cause, reason, attempt=attempt)
 
 
 def update_workload(
@@ -145,7 +148,7 @@ def update_workload(
     for field, value in changes.items():
         setattr(row, field, value)
     said = ", ".join(f"{field}={_shown(value)}" for field, value in sorted(changes.items()))
-    add_event(session, "updated", cause, said, workload=name)
+    add_workload_event(session, row, "updated", cause, said)
     session.flush()
     return workload_record(row, row.queue.name)
 
@@ -225,7 +228,11 @@ def resolve_holds(session: Session) -> list[str]:
         session,
         [
             event_values(
-                now, "released", SCHEDULER, "every dependency is met", names[i["workload_id"]]
+                now,
+                "released",
+                SCHEDULER,
+                "every dependency is met",
+                (names[i["workload_id"]], i["workload_id"]),
             )
             for i in released
         ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.model import Node, Placement, Queue
-from corral.model.spec import Device, WorkloadSpec
+from corral.model.spec import Device, WorkloadSpec, directory_name
 
 ACTIVE = ("pending", "running")
 FINISHED = ("succeeded", "failed", "cancelled")
@@ -71,6 +71,10 @@ class WorkloadRecord:
     started_at: float | None
     finished_at: float | None
     placements: tuple[Placement, ...]
+    # Runs that ended in its own failure: only these count against its backoff_limit.
+    failures: int = 0
+    # Its directories are named by its name alone (a workload of before 0018_past).
+    dirs_by_name: bool = False
     # The exit code of the run that ended it (None while it runs, or when unknown), and
     # who cancelled it.
     exit_code: int | None = None
@@ -85,6 +89,11 @@ class WorkloadRecord:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def directory(self) -> str:
+        """The name of its own directories: its logs, run files and workload directory."""
+        return directory_name(self.name, None if self.dirs_by_name else self.id)
 
     @property
     def waiting_since(self) -> float:
@@ -123,6 +132,8 @@ class EventRecord:
     kind: str
     cause: str
     reason: str
+    # The attempt (run) of the workload it belongs to; None outside a run.
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,8 @@ class Ended:
     launch: int | None = None
     # One of corral.messages.CAUSES when corral ended it; None: it ended by itself.
     cause: str | None = None
+    # The name of its workload's directories (TaskLaunch.directory); None: not said.
+    directory: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,7 @@ def write_reports(session: Session, reports: Sequence[Report]) -> Outcome:
                     report.launch,
                     rows,
                     report.cause,
+                    report.directory,
                 )
             )
             outcome.ended.add(report.workload)

@@ -28,7 +28,7 @@ from corral.model.durations import format_duration, parse_duration
 from corral.store.convert import workload_record
 from corral.store.database import Database
 from corral.store.errors import Invalid
-from corral.store.events import add_event
+from corral.store.events import add_event, add_workload_event, run_of
 from corral.store.queues import queue_row
 from corral.store.records import Release, WorkloadRecord
 from corral.store.schema import QueueRow, WorkloadRow
@@ -227,9 +227,10 @@ def _enforced(row: WorkloadRow, project: str, rule: Rule, reason: str, decided: 
 def _stop(
     session: Session, row: WorkloadRow, status: str, cause: str, reason: str, now: float
 ) -> None:
+    attempt = run_of(row)
     row.placements.clear()
     row.status = status
     row.reason = reason
     if status == "failed":
         row.finished_at = now
-    add_event(session, status, cause, reason, workload=row.name)
+    add_workload_event(session, row, status, cause, reason, attempt=attempt)

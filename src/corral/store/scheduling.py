@@ -15,7 +15,7 @@ from corral.model import Decisions, Node, Placement, Snapshot, TaskGroup, Topolo
 from corral.model.durations import lost_work_phrase
 from corral.store.bulk import chunks, each_chunk, one_of, read_in
 from corral.store.convert import queue_from_row
-from corral.store.events import add_event, add_events, event_values
+from corral.store.events import add_events, add_workload_event, event_values
 from corral.store.records import ACTIVE, Release
 from corral.store.schema import (
     DeviceRow,
@@ -104,6 +104,8 @@ _FOUND = select(
     WorkloadRow.status,
     WorkloadRow.reason,
     WorkloadRow.launches,
+    # The attempt a binding starts, or goes on with (an elastic workload that grows).
+    WorkloadRow.attempts,
     # For the allocation intervals of those bound (`usage.insert_placements`).
     WorkloadRow.user,
     WorkloadRow.priority,
@@ -407,11 +409,19 @@ def _bind(
                 "scheduler",
                 f"{len(placements)} {'task' if len(placements) == 1 else 'tasks'} "
                 f"on {', '.join(sorted({p.node for p in placements}))}",
-                workload=name,
+                (name, rows[name].id),
+                attempt=_attempt_bound(rows[name]),
             )
             for name, placements in decisions.bindings.items()
         ],
     )
+
+
+def _attempt_bound(row: Row[*tuple[Any, ...]]) -> int:
+    """The attempt a binding of the workload (its `_FOUND` row, read before `_BOUND`)
+    belongs to: a new one, unless it runs already (an elastic workload that grows)."""
+    attempts: int = row.attempts
+    return attempts if row.status == "running" else attempts + 1
 
 
 def _apply_evictions(session: Session, decisions: Decisions) -> list[Release]:
@@ -443,6 +453,8 @@ def _apply_evictions(session: Session, decisions: Decisions) -> list[Release]:
                 work += placement.gpu * max(now - begun, 0.0)
                 since = min(since, begun)
         lost[row.name] = (work, since)
+        # The run it ends (or that goes on smaller, for an elastic workload that shrinks).
+        attempt = row.attempts
         row.placements[:] = [p for p in row.placements if p.task not in gone]
         detail = why
         if not row.placements:
@@ -453,7 +465,7 @@ def _apply_evictions(session: Session, decisions: Decisions) -> list[Release]:
             # what it did since its last checkpoint.
             _record_lost(row, now, *lost[row.name])
             detail = f"{why}; {lost_phrase(row)}"
-        add_event(session, "preempted", eviction.action, detail, workload=eviction.workload)
+        add_workload_event(session, row, "preempted", eviction.action, detail, attempt=attempt)
     # Written before the bindings, which may give the same workload new placements.
     session.flush()
     return released

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -185,6 +186,12 @@ class WorkloadRow(Base):
     # the workload's failure waits until that node answers or is declared lost.
     failing_since: Mapped[float | None] = mapped_column(Float, nullable=True)
     failing_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Its directories (logs, run files, its own directory) are named by its name alone, as
+    # those of a workload submitted before 0018_past; else NAME.ID (see
+    # corral.model.spec.directory_name).
+    dirs_by_name: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false(), nullable=False
+    )
 
     queue: Mapped[QueueRow] = relationship()
     task_groups: Mapped[list[TaskGroupRow]] = relationship(
@@ -249,14 +256,23 @@ class PlacementRow(Base):
 
 
 class EventRow(Base):
-    """Every state change, with its time, cause and reason. Kept after a workload is gone."""
+    """Every state change, with its time, cause and reason. Kept after a workload is gone
+    (never deleted): a workload's events are read by its id, so that a later workload of
+    the same name does not inherit them, and on SQLite, which would give the id of the
+    newest workload again once it is deleted, new ids start above every id here."""
 
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_workload", "workload"),)
+    __table_args__ = (Index("ix_events_workload_id", "workload_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     time: Mapped[float] = mapped_column(Float)
+    # The workload's name and id (no foreign key: the event outlives the workload).
     workload: Mapped[str | None] = mapped_column(String(NAME))
+    workload_id: Mapped[int | None] = mapped_column(Integer)
+    # The attempt (run) of the workload the event belongs to: set on the events of a
+    # workload that runs, from the `bound` that starts a run to the event that ends it
+    # (0018_past); NULL on the others.
+    attempt: Mapped[int | None] = mapped_column(Integer)
     node: Mapped[str | None] = mapped_column(String(NAME))
     kind: Mapped[str] = mapped_column(String(32))
     cause: Mapped[str] = mapped_column(String(NAME))

@@ -11,8 +11,8 @@ from sqlalchemy import Row, Select, select
 from sqlalchemy.orm import Session, selectinload
 
 from corral.model import Placement, TaskGroup
-from corral.store.convert import spec_of
-from corral.store.events import add_event
+from corral.store.convert import directory_of, spec_of
+from corral.store.events import add_workload_event
 from corral.store.records import BoundWork, Release, TaskState, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, TaskGroupRow, WorkloadRow
 from corral.store.workloads import TASK_GROUP_COLUMNS, WORKLOADS
@@ -100,6 +100,7 @@ def bound_work(
             status=row.status,
             reason=row.reason,
             attempts=row.attempts,
+            dirs_by_name=row.dirs_by_name,
             created_at=row.created_at,
             started_at=row.started_at,
             finished_at=row.finished_at,
@@ -143,19 +144,21 @@ def task_started(
     """Record a task's process; False when the task is no longer bound (stop it).
     `rows`: the workload's row as `bound_rows` gives it, when the caller read it."""
     rows = bound_rows(session, (workload,)) if rows is None else rows
-    placement = placement_in(rows.get(workload), task)
-    if placement is None:
+    row = rows.get(workload)
+    placement = placement_in(row, task)
+    if placement is None or row is None:
         return False
     placement.state = "running"
     placement.pid = pid
     placement.proc_start = proc_start
-    add_event(
+    add_workload_event(
         session,
+        row,
         "task-started",
         "agent",
         f"task {task} pid {pid}",
-        workload=workload,
         node=placement.node.name,
+        attempt=row.attempts,
     )
     return True
 
@@ -170,13 +173,18 @@ def task_ended(
     launch: int | None = None,
     rows: Mapping[str, WorkloadRow] | None = None,
     cause: str | None = None,
+    directory: str | None = None,
 ) -> list[Release]:
     """A task's process ended (see `Store.task_ended`). Returns the sibling tasks to stop.
-    `rows` as for `task_started`; `cause` as the agent reported it (corral.messages)."""
+    `rows` as for `task_started`; `cause` and `directory` as the agent reported them
+    (corral.messages)."""
     rows = bound_rows(session, (workload,)) if rows is None else rows
     row = rows.get(workload)
     placement = placement_in(row, task)
     if placement is None or row is None:
+        return []
+    if directory is not None and directory != directory_of(row):
+        # A task of a deleted workload whose name this one took: not this one's end.
         return []
     if attempt is not None and attempt != row.attempts:
         # An earlier attempt's process (preempted, then the workload bound again before
@@ -213,13 +221,14 @@ def task_ended(
         f" {', '.join(waiting)} (a lost node's gang is requeued, not failed)"
     )
     if exit_code != 0:
-        add_event(
+        add_workload_event(
             session,
+            row,
             "task-exited",
             "agent",
             f"{why}; the verdict waits for {', '.join(waiting)}",
-            workload=workload,
             node=node,
+            attempt=row.attempts,
         )
     return []
 
@@ -261,12 +270,12 @@ def fail(session: Session, row: WorkloadRow) -> list[Release]:
         row.status = "pending"
         row.pending_since = time.time()
         row.reason = f"retrying ({row.failures} of {row.backoff_limit}): {why}"
-        add_event(session, "retrying", "agent", why, workload=row.name, node=node)
+        add_workload_event(session, row, "retrying", "agent", why, node, row.attempts)
     else:
         row.status = "failed"
         row.reason = why
         row.finished_at = time.time()
-        add_event(session, "failed", "agent", why, workload=row.name, node=node)
+        add_workload_event(session, row, "failed", "agent", why, node, row.attempts)
     return stopped
 
 
@@ -284,7 +293,7 @@ def requeue(
     row.status = "pending"
     row.pending_since = time.time()
     row.reason = f"requeued: {why}"
-    add_event(session, "requeued", cause, why, workload=row.name, node=node)
+    add_workload_event(session, row, "requeued", cause, why, node, row.attempts)
     return stopped
 
 
@@ -316,13 +325,14 @@ def _task_succeeded(
     # The workload succeeds once every placed task exited with 0 and enough were placed.
     placement.state = "exited"
     placement.exit_code = 0
-    add_event(
+    add_workload_event(
         session,
+        row,
         "task-exited",
         "agent",
         f"task {placement.task}: {reason}",
-        workload=row.name,
         node=placement.node.name,
+        attempt=row.attempts,
     )
     total = sum(group.replicas for group in row.task_groups)
     done = [p for p in row.placements if p.state == "exited" and p.exit_code == 0]
@@ -334,7 +344,9 @@ def _task_succeeded(
         row.reason = None
         row.exit_code = 0
         row.finished_at = time.time()
-        add_event(session, "succeeded", "agent", "every task exited with code 0", workload=row.name)
+        add_workload_event(
+            session, row, "succeeded", "agent", "every task exited with code 0", None, row.attempts
+        )
 
 
 def releases(row: WorkloadRow, tasks: set[int], reason: str) -> list[Release]:

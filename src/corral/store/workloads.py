@@ -6,7 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, bindparam, exists, or_, select
+from sqlalchemy import Connection, Table, bindparam, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from corral.model import Placement, TaskGroup
@@ -25,6 +25,7 @@ from corral.store.events import add_events, event_values
 from corral.store.idempotency import Idempotency, Replayed, find, remember
 from corral.store.records import WorkloadRecord
 from corral.store.schema import (
+    EventRow,
     NodeRow,
     PlacementRow,
     QueueRow,
@@ -36,6 +37,14 @@ from corral.store.schema import (
 # The tables, for statements that write many rows at once without the ORM.
 WORKLOADS = cast(Table, WorkloadRow.__table__)
 _NEW_WORKLOADS = Rows(WORKLOADS, WORKLOAD_COLUMNS, key=("name",))
+# With their ids, on SQLite (see `_next_ids`).
+_NEW_WORKLOADS_BY_ID = Rows(WORKLOADS, ("id", *WORKLOAD_COLUMNS))
+# The highest workload id ever given: of the workloads, and of the events, which outlive
+# their workloads.
+_HIGHEST_IDS = select(
+    select(func.max(WorkloadRow.id)).scalar_subquery(),
+    select(func.max(EventRow.workload_id)).scalar_subquery(),
+)
 # A task group's columns in the order of `TaskGroup`'s fields.
 TASK_GROUP_COLUMNS = (
     TaskGroupRow.name,
@@ -71,6 +80,12 @@ def workload_row(session: Session, name: str) -> WorkloadRow:
     if row is None:
         raise NotFound(f"workload {name!r} not found")
     return row
+
+
+def workload_id(session: Session, name: str) -> int | None:
+    """The id of the workload named `name` now; None when there is none."""
+    found: int | None = session.scalar(select(WorkloadRow.id).where(WorkloadRow.name == name))
+    return found
 
 
 @dataclass(slots=True)
@@ -149,9 +164,14 @@ def _insert(
     session: Session, accepted: list[tuple[Submission, int]]
 ) -> list[tuple[Submission, WorkloadRecord]]:
     connection = session.connection()
-    ids = _NEW_WORKLOADS.insert_ids(
-        connection, [workload_values(item.spec, queue, item.at) for item, queue in accepted]
-    )
+    values = [workload_values(item.spec, queue, item.at) for item, queue in accepted]
+    if connection.dialect.name == "sqlite":
+        ids = _next_ids(connection, len(values))
+        _NEW_WORKLOADS_BY_ID.insert(
+            connection, [(i, *row) for i, row in zip(ids, values, strict=True)]
+        )
+    else:
+        ids = _NEW_WORKLOADS.insert_ids(connection, values)
     _NEW_TASK_GROUPS.insert(
         connection,
         [
@@ -164,9 +184,13 @@ def _insert(
         session,
         [
             event_values(
-                item.at, "submitted", item.spec.user, f"to {item.spec.project}", item.spec.name
+                item.at,
+                "submitted",
+                item.spec.user,
+                f"to {item.spec.project}",
+                (item.spec.name, workload_id),
             )
-            for item, _ in accepted
+            for (item, _), workload_id in zip(accepted, ids, strict=True)
         ],
     )
     return [
@@ -186,6 +210,16 @@ def _insert(
         )
         for (item, _), workload_id in zip(accepted, ids, strict=True)
     ]
+
+
+def _next_ids(connection: Connection, count: int) -> list[int]:
+    """`count` workload ids never given before. A workload's id keys its past (events,
+    logs, its own directory), so it must never be given again. SQLite gives a new row the
+    highest id in the table plus one, which is a deleted workload's when the newest was
+    deleted; a PostgreSQL sequence never gives an id twice."""
+    workloads, events = connection.execute(_HIGHEST_IDS).one()
+    first = max(workloads or 0, events or 0) + 1
+    return list(range(first, first + count))
 
 
 def _check_submissions(

@@ -302,6 +302,7 @@ def delete_workload(
     managed_workload(store, current, name)
     deleted, releases = store.delete_workload(name, current.name)
     background.released([deleted], releases)
+    background.forget(deleted)
     background.loop.trigger()
     return Response(status_code=204)
 
@@ -331,9 +332,9 @@ async def workload_events(name: str, current: User, store: StoreDep) -> list[Eve
 
 
 def visible_events(store: Store, current: UserRecord, name: str) -> list[EventRecord]:
-    """The events of workload `name`, which `current` must be allowed to read."""
-    visible_workload(store, current, name)
-    return store.events(workload=name)
+    """The events of workload `name`, which `current` must be allowed to read: of this
+    workload, by its id, not those of an earlier (deleted) workload of the same name."""
+    return store.events(workload_id=visible_workload(store, current, name).id)
 
 
 @router.get("/workloads/{name}/logs", response_model=LogOut)
@@ -346,8 +347,7 @@ def logs(
     offset: Annotated[int, Query(ge=0)] = 0,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
 ) -> LogOut:
-    visible_workload(store, current, name)
-    return read_log(background.data_dir, name, task, offset, tail)
+    return read_log(background.data_dir, visible_workload(store, current, name), task, offset, tail)
 
 
 @router.get("/workloads/{name}/why", response_model=WhyOut)

@@ -286,3 +286,13 @@ def test_bad_requests_name_the_field(settled: CorralUp) -> None:
         f"{settled.url}/api/v1/usage", headers={"Authorization": f"Bearer {viewer}"}, timeout=10
     )
     assert as_viewer.status_code == 200
+
+
+def test_a_reused_name_shows_none_of_the_deleted_workloads_samples(settled: CorralUp) -> None:
+    # Last in the module: it deletes the quiet notebook, whose samples it had.
+    assert settled.get("/telemetry/workloads/quiet", since=600)["series"]
+    with settled.client() as client:
+        assert client.delete("/workloads/quiet").status_code == 204
+    # The same name again, in a place it never runs: no sample is its own.
+    settled.submit("quiet", "lab", ["true"], gpu=1, node_selector={"rack": "nowhere"})
+    assert settled.get("/telemetry/workloads/quiet", since=600)["series"] == []

@@ -7,6 +7,7 @@ before `until` (seconds since the epoch; now by default).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -24,7 +25,7 @@ from corral.server.deps import API, StoreDep, User, readable_projects, visible_w
 from corral.server.metrics import StateCollector, now_state
 from corral.server.routes import PrefixedRoute, serve
 from corral.server.schemas import ErrorOut
-from corral.store import Store
+from corral.store import NotFound, Store
 from corral.store.telemetry import workload_samples
 from corral.store.usage import USAGE_KEYS, UsageKey, series, usage
 
@@ -235,6 +236,10 @@ def workload_series(
     # member gets 404 as for any workload they may not read.
     if readable_projects(current) is not None:
         visible_workload(store, current, name)
+    with contextlib.suppress(NotFound):
+        # Samples are kept by name: those from before the workload was submitted are of
+        # an earlier (deleted) workload of that name, and not its own.
+        start = max(start, store.get_workload(name).created_at)
     samples = workload_samples(store, name, start, end)
     if not samples:
         store.get_workload(name)  # 404 for a workload that never was

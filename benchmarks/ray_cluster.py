@@ -4,7 +4,7 @@
 
 Starts a Ray cluster on loopback (`ray.cluster_utils.Cluster`: a head and 3 worker nodes
 on 127.0.0.2-4 with 2 virtual GPUs each) and `corral server --ray` on it (loss timeout
-10 s, fence timeout 5 s), then measures:
+10 s, fence timeout 4 s: the defaults), then measures:
 
 - `join_to_first_task_s`: a workload waits for a node labelled rack=new; from the call
   that adds such a Ray node until its task runs (the Ray node's own start included;

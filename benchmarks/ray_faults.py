@@ -52,6 +52,10 @@ class Job:
     """The cluster, the server and the job's files."""
 
     def __init__(self, cluster: Any, root: Path) -> None:
+        from corral.cluster.ray import connect
+
+        # A driver of its own, to ask Ray when it declares a removed node dead.
+        connect(cluster.address)
         self.cluster = cluster
         self.root = root
         self.nodes: dict[str, Any] = {}
@@ -114,8 +118,7 @@ class Job:
     def progressing(self, name: str, attempt: int) -> dict[int, dict[str, Any]]:
         def check() -> dict[int, dict[str, Any]] | None:
             found = self.records(name, attempt)
-            moved = len(found) == 2 and all(r["checkpoint"] > r["start"] for r in found.values())
-            return found if moved else None
+            return found if _stepped(found) else None
 
         found: dict[int, dict[str, Any]] = wait(check, 120, f"{name} attempt {attempt}")
         return found
@@ -129,6 +132,11 @@ class Job:
 
         done: dict[str, Any] = wait(ended, 120, f"{name} to end")
         return done
+
+
+def _stepped(records: dict[int, dict[str, Any]]) -> bool:
+    """Whether both ranks checkpointed past where they resumed: they run together."""
+    return len(records) == 2 and all(r["checkpoint"] > r["start"] for r in records.values())
 
 
 def node_loss(job: Job, runs: int) -> dict[str, Any]:
@@ -146,15 +154,27 @@ def node_loss(job: Job, runs: int) -> dict[str, Any]:
         begin = time.perf_counter()
         job.cluster.remove_node(job.nodes.pop(victim), allow_graceful=False)
 
-        def declared_dead(node_id: str = node_id) -> bool:
-            return any(n["NodeID"] == node_id and not n["Alive"] for n in ray.nodes())
-
-        wait(declared_dead, 120, "Ray to declare the node dead")
-        dead.append(time.perf_counter() - begin)
-        wait(lambda n=name: job.server.events(n, "requeued"), 120, "the requeue")
-        requeued.append(time.perf_counter() - begin)
-        after = job.progressing(name, 2)
-        running.append(time.perf_counter() - begin - requeued[-1])
+        # Each moment is taken as it comes, in one loop: when Ray lists the node as dead,
+        # when the job is requeued, when both ranks of the next attempt ran a step.
+        seen: dict[str, float] = {}
+        deadline = time.monotonic() + 180
+        while len(seen) < 3:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"run {run}: only {sorted(seen)} within 180 s")
+            now = time.perf_counter() - begin
+            if "dead" not in seen and any(
+                n["NodeID"] == node_id and not n["Alive"] for n in ray.nodes()
+            ):
+                seen["dead"] = now
+            if "requeued" not in seen and job.server.events(name, "requeued"):
+                seen["requeued"] = now
+            if "running" not in seen and _stepped(job.records(name, 2)):
+                seen["running"] = now
+            time.sleep(0.1)
+        dead.append(seen["dead"])
+        requeued.append(seen["requeued"])
+        running.append(seen["running"] - seen["requeued"])
+        after = job.records(name, 2)
         last = job.records(name, 1)
         behind += sum(after[rank]["start"] < last[rank]["checkpoint"] for rank in (0, 1))
         done = job.finish(name)
@@ -238,8 +258,11 @@ def main() -> None:
             result.update(server_restart(job, args.absence))
             result.update(logs(job))
         finally:
+            import ray
+
             job.server.close()
             kill_tasks(root)
+            ray.shutdown()
     result = {k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}
     if args.json:
         print(json.dumps(result))

@@ -3,10 +3,19 @@ with 422 naming the field, before anything is stored; nothing is coerced."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import pytest
 from server_support import Api, names_field, unique
+
+
+def post(api: Api, path: str, body: dict[str, Any]) -> httpx.Response:
+    """POST `body` as JSON written as json.dumps writes it, with \\u escapes: httpx's own
+    encoder cannot encode a lone surrogate at all (a client in another language can)."""
+    headers = {"content-type": "application/json"}
+    return api.admin.post(path, content=json.dumps(body).encode(), headers=headers)
 
 
 def workload(project: str, **fields: Any) -> dict[str, Any]:
@@ -25,6 +34,14 @@ def workload(project: str, **fields: Any) -> dict[str, Any]:
         ({"env": {"A\x00": "x"}}, ("env",)),
         ({"env": {"": "x"}}, ("env",)),
         ({"workdir": "/tmp\x00/x"}, ("workdir",)),
+        # Half of a UTF-16 pair: valid JSON, but no character to store or run.
+        ({"command": ["echo", "\ud800"]}, ("command", 1)),
+        ({"env": {"k": "x\udfff"}}, ("env", "k")),
+        ({"node_selector": {"rack": "a\x00b"}}, ("node_selector", "rack")),
+        ({"node_selector": {"rack": ["r1", "\udc00"]}}, ("node_selector", "rack", 1)),
+        # A number of 400 digits is refused before any arithmetic on it.
+        ({"tasks": [{"gpu": 0, "memory": "9" * 400}]}, ("tasks", 0, "memory")),
+        ({"tasks": [{"gpu": 0, "memory": "9" * 400 + "GiB"}]}, ("tasks", 0, "memory")),
         ({"grace_period": False}, ("grace_period",)),
         ({"grace_period": True}, ("grace_period",)),
         ({"backoff_limit": True}, ("backoff_limit",)),
@@ -40,7 +57,7 @@ def test_a_bad_workload_is_refused_naming_its_field(
 ) -> None:
     project = api.queue()["name"]
     name = unique("bad")
-    response = api.admin.post("/workloads", json={"name": name, **workload(project, **fields)})
+    response = post(api, "/workloads", {"name": name, **workload(project, **fields)})
     assert response.status_code == 422, response.text
     assert names_field(response, *path), response.text
     # The same format as every other 422: a list of {loc, msg, type}.
@@ -48,9 +65,8 @@ def test_a_bad_workload_is_refused_naming_its_field(
         assert set(entry) == {"loc", "msg", "type"}, entry
     assert api.admin.get(f"/workloads/{name}").status_code == 404
     # In a batch, the bad one is named by its place and nothing is stored.
-    batch = api.admin.post(
-        "/workloads/batch",
-        json={"workloads": [workload(project), workload(project, **fields)]},
+    batch = post(
+        api, "/workloads/batch", {"workloads": [workload(project), workload(project, **fields)]}
     )
     assert batch.status_code == 422, batch.text
     assert names_field(batch, "workloads", 1, *path), batch.text
@@ -83,6 +99,15 @@ def test_node_fields_are_not_coerced(api: Api, body: dict[str, Any], path: tuple
     assert names_field(response, *path), response.text
 
 
+@pytest.mark.parametrize("label", ["r\x00", "\ud800r", "\udfff"])
+def test_a_label_without_a_character_is_refused(api: Api, label: str) -> None:
+    name = unique("n")
+    response = post(api, "/nodes", {"name": name, "gpus": 1, "labels": {"rack": label}})
+    assert response.status_code == 422, response.text
+    assert names_field(response, "labels", "rack"), response.text
+    assert api.admin.get(f"/nodes/{name}").status_code == 404
+
+
 def test_what_was_accepted_before_still_is(api: Api) -> None:
     # Integers where numbers are expected, strings for durations and memory, a map or a
     # number for quotas: strictness refuses wrong types, not these.
@@ -96,7 +121,7 @@ def test_what_was_accepted_before_still_is(api: Api) -> None:
         queue["name"],
         grace_period=0,
         max_runtime="4h",
-        env={"PATH": "/bin", "EMPTY": ""},
+        env={"PATH": "/bin", "EMPTY": "", "SMILE": "\U0001f600"},
         workdir="relative/dir",
         preemptible=True,
     )

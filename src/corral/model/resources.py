@@ -36,7 +36,11 @@ def parse_memory(text: str | int | float) -> int:
             f"{text!r} is not a memory amount (use a binary unit: 512MiB, 64GiB, 1TiB)"
         )
     number, unit = match.groups()
-    return int(float(number) * _UNITS[unit or ""])
+    amount = float(number) * _UNITS[unit or ""]
+    if not math.isfinite(amount):
+        # A number of hundreds of digits: no machine has that much, and int() would fail.
+        raise ValueError(f"{text[:40]!r}... is not a memory amount (far too large)")
+    return int(amount)
 
 
 def format_memory(amount: float) -> str:

@@ -1,9 +1,13 @@
-"""The cap on request bodies: 1 MiB, declared or streamed, refused before the app reads it."""
+"""The cap on request bodies: 1 MiB, declared or streamed, refused before the app reads it;
+and, since the body is read here, a JSON body with a NUL or a lone surrogate in a string
+is refused too (corral.server.nul)."""
 
 from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from corral.server.nul import body_problem
 
 MAX_BODY = 1 << 20
 
@@ -41,6 +45,11 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        problem = body_problem(body)
+        if problem is not None:
+            response = JSONResponse({"detail": [problem]}, status_code=422)
+            await response(scope, _replay([]), send)
+            return
         await self.app(
             scope,
             _replay([{"type": "http.request", "body": body, "more_body": False}], receive),

@@ -1,0 +1,202 @@
+"""The walls of `corral exec`, `corral shell` and `corral port-forward`, tried as a hostile
+member of the project would, on a real `corral up` run as root with real Unix accounts:
+
+- an exec enters the task's working directory as the task's account, so a working
+  directory swapped for a symlink to another account's directory leads nowhere;
+- only the workload's owner, the project's project-admins and admins enter a workload
+  (exec, shell, port-forward, its URLs): a teammate is refused with 403 and why;
+- every session is in the audit log: who, workload, task, command, start, end, exit code;
+- an open session ends within 5 s once its token is revoked or expires, or its user is
+  taken out of the project or deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import httpx
+import pytest
+from livecorral import CORRAL, Accounts, CorralUp, wait_until
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+# A session must end this soon after its user loses the right to it.
+ENDS_WITHIN = 5.0
+# Serves the workload's directory on its declared port, as its account (the system's
+# Python: the test's virtualenv may be where other accounts cannot read it).
+SERVE = ["/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1"]
+
+
+@dataclass
+class World:
+    up: CorralUp
+    accounts: Accounts
+    tokens: dict[str, str]
+    shared: Path  # a directory every account may pass through
+
+    def api(self, who: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=f"{self.up.url}/api/v1",
+            headers={"Authorization": f"Bearer {self.tokens[who]}"},
+            timeout=30,
+            trust_env=False,
+        )
+
+    def submit(self, who: str, name: str, command: list[str], **more: Any) -> None:
+        body = {"name": name, "project": "team", "tasks": [{"gpu": 0}], "command": command}
+        with self.api(who) as api:
+            answer = api.post("/workloads", json={**body, **more})
+        assert answer.status_code == 201, answer.text
+        self.up.wait_status(name, "running")
+        # Running, and started on the node: its task takes commands beside it.
+        wait_until(
+            lambda: run_exec(self, who, name, ["true"]).status != 503, 30, f"{name} to start"
+        )
+
+    def cli(self, who: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        home = self.shared / f"cli-{who}"
+        home.mkdir(exist_ok=True)
+        env = {
+            **os.environ,
+            "HOME": str(home),
+            "CORRAL_SERVER": self.up.url,
+            "CORRAL_TOKEN": self.tokens[who],
+        }
+        return subprocess.run(
+            [CORRAL, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+@pytest.fixture(scope="module")
+def world(unix_accounts: Accounts, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """`corral up` as root with a project `team`: alice (account alice) and bob (account
+    bob) are members; pat is its project-admin (an account of none: an exec runs as the
+    task's account, not as its caller's)."""
+    shared = Path(tempfile.mkdtemp(prefix="corral-walls-"))
+    shared.chmod(0o755)
+    up = CorralUp(tmp_path_factory.mktemp("walls") / "corral", gpus=1)
+    try:
+        up.start()
+        up.queue("team", 1)
+        tokens = {"admin": up.token}
+        for name, account in (("alice", unix_accounts.alice), ("bob", unix_accounts.bob)):
+            made = up.post("/users", {"name": name, "project": "team", "unix_user": account})
+            tokens[name] = made["token"]
+        tokens["pat"] = up.post("/users", {"name": "pat", "project": "team"})["token"]
+        with up.client() as admin:
+            answer = admin.put("/users/pat/projects/team", json={"role": "project-admin"})
+            assert answer.status_code == 200, answer.text
+        yield World(up, unix_accounts, tokens, shared)
+    finally:
+        up.close()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+@dataclass
+class Ran:
+    """How an exec went: refused with `status` and `detail`, or run (status 101) with its
+    output and exit code."""
+
+    status: int
+    detail: str = ""
+    out: bytes = b""
+    err: bytes = b""
+    exit: int | None = None
+    closed: tuple[int | None, str] = field(default=(None, ""))
+
+
+def exec_url(world: World, name: str, command: list[str], tty: bool = False) -> str:
+    query = urlencode({"command": command, "tty": str(tty).lower()}, doseq=True)
+    base = world.up.url.replace("http://", "ws://")
+    return f"{base}/api/v1/workloads/{quote(name)}/exec?{query}"
+
+
+def session(world: World, who: str, url: str) -> ClientConnection:
+    """An open WebSocket session as `who`; InvalidStatus when it is refused."""
+    headers = {"Authorization": f"Bearer {world.tokens[who]}"}
+    return connect(url, additional_headers=headers, open_timeout=30, proxy=None)
+
+
+def run_exec(world: World, who: str, name: str, command: list[str], tty: bool = False) -> Ran:
+    """`command` beside the task of `name` as `who`, with no input, to its end."""
+    try:
+        ws = session(world, who, exec_url(world, name, command, tty))
+    except InvalidStatus as refused:
+        body = json.loads(refused.response.body or b"{}")
+        return Ran(refused.response.status_code, body.get("detail", ""))
+    ran = Ran(101)
+    with ws:
+        if not tty:
+            # The command may have ended, and the server closed, already.
+            with contextlib.suppress(ConnectionClosed):
+                ws.send(json.dumps({"eof": True}))
+        try:
+            while True:
+                message = ws.recv(timeout=30)
+                if isinstance(message, str):
+                    ran.exit = json.loads(message)["exit"]
+                elif message[:1] == b"\x01":
+                    ran.out += message[1:]
+                else:
+                    ran.err += message[1:]
+        except ConnectionClosed:
+            pass
+        ran.closed = (ws.close_code, ws.close_reason or "")
+    return ran
+
+
+# -- 3. the working directory is entered as the task's account -----------------------------
+
+
+def test_an_exec_through_a_swapped_symlink_cannot_read_the_target(world: World) -> None:
+    """alice's working directory, once her task runs, is swapped (by alice, through exec)
+    for a symlink to a directory of bob's below his private home (0700). A directory
+    entered as root and then left to alice would let her read what is below it; entered
+    as alice, the symlink leads nowhere."""
+    accounts = world.accounts
+    bob_home = world.shared / "bob-home"
+    notes = bob_home / "notes"
+    notes.mkdir(parents=True)
+    (notes / "secret.txt").write_text("bob-canary\n")
+    alice_work = world.shared / "alice-home" / "work"
+    alice_work.mkdir(parents=True)
+    for path, owner, mode in (
+        (notes / "secret.txt", accounts.bob, 0o644),
+        (notes, accounts.bob, 0o755),
+        (bob_home, accounts.bob, 0o700),
+        (alice_work, accounts.alice, 0o755),
+        (alice_work.parent, accounts.alice, 0o755),
+    ):
+        shutil.chown(path, owner, owner)
+        path.chmod(mode)
+    world.submit("alice", "swapped", ["sleep", "600"], workdir=str(alice_work))
+    # Before the swap: alice's exec runs in her directory, and bob's file is out of reach.
+    before = run_exec(world, "alice", "swapped", ["/bin/sh", "-c", f"pwd; cat {notes}/secret.txt"])
+    assert before.exit == 1 and before.out.decode() == f"{alice_work}\n", before
+    assert b"Permission denied" in before.err, before
+    # alice swaps her working directory for a symlink to bob's notes.
+    swap = f"cd /; mv {alice_work} {alice_work}.old && ln -s {notes} {alice_work}"
+    swapped = run_exec(world, "alice", "swapped", ["/bin/sh", "-c", swap])
+    assert swapped.exit == 0, swapped
+    assert os.path.islink(alice_work)
+    for tty in (True, False):  # exec, and a shell's terminal
+        read = run_exec(world, "alice", "swapped", ["cat", "secret.txt"], tty=tty)
+        assert b"bob-canary" not in read.out, read
+        assert read.status == 400, read
+        assert f"cannot enter the working directory {str(alice_work)!r}" in read.detail, read
+        assert f"as {accounts.alice}: Permission denied" in read.detail, read

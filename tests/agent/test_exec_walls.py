@@ -200,3 +200,66 @@ def test_an_exec_through_a_swapped_symlink_cannot_read_the_target(world: World) 
         assert read.status == 400, read
         assert f"cannot enter the working directory {str(alice_work)!r}" in read.detail, read
         assert f"as {accounts.alice}: Permission denied" in read.detail, read
+
+
+# -- 4. only the owner, the project's project-admins and admins enter a workload ------------
+
+
+@pytest.fixture(scope="module")
+def web(world: World) -> str:
+    """alice's workspace: serves its own directory (private to her account) on `main`."""
+    serve = 'exec /usr/bin/python3 -m http.server --bind "$CORRAL_HOST" "$CORRAL_PORT"'
+    world.submit("alice", "alice-web", ["/bin/sh", "-c", serve], ports=[{"name": "main"}])
+    wait_until(lambda: proxied(world, "alice", "/w/alice-web/") == 200, 30, "alice-web to serve")
+    return "alice-web"
+
+
+def proxied(world: World, who: str, path: str) -> int:
+    headers = {"Authorization": f"Bearer {world.tokens[who]}"}
+    with httpx.Client(base_url=world.up.url, headers=headers, trust_env=False) as http:
+        return http.get(path, timeout=30).status_code
+
+
+def forward_url(world: World, name: str) -> str:
+    base = world.up.url.replace("http://", "ws://")
+    return f"{base}/api/v1/workloads/{name}/ports/main/forward"
+
+
+def test_a_teammate_is_refused_at_every_entry_with_why(world: World, web: str) -> None:
+    """bob, a member of alice's project, may read her workload but not act as her: exec,
+    a terminal, port-forward and the workspace's URLs are 403 with the reason, and run
+    nothing. (Before, any member of the project got in, and ran commands as alice.)"""
+    marker = world.shared / "bob-was-here"
+    why = (
+        f"{web} is alice's: only alice, the project-admins of team and admins may reach "
+        "its tasks (exec, shell, port-forward, its URLs)"
+    )
+    for tty in (False, True):
+        refused = run_exec(world, "bob", web, ["touch", str(marker)], tty=tty)
+        assert (refused.status, refused.detail) == (403, why), refused
+    with pytest.raises(InvalidStatus) as forward:
+        session(world, "bob", forward_url(world, web)).close()
+    assert forward.value.response.status_code == 403
+    assert why in forward.value.response.body.decode()
+    assert proxied(world, "bob", f"/w/{web}/") == 403
+    for command in (("shell", web), ("exec", web, "--", "touch", str(marker))):
+        done = world.cli("bob", *command)
+        assert done.returncode == 1 and f"403: {why}" in done.stderr, done
+    done = world.cli("bob", "port-forward", web, "0:main")
+    assert done.returncode == 1 and f"403: {why}" in done.stderr, done
+    assert not marker.exists()
+    # He still reads it, as a member of its project does.
+    with world.api("bob") as api:
+        assert api.get(f"/workloads/{web}").status_code == 200
+
+
+def test_the_owner_project_admins_and_admins_enter_as_the_owners_account(
+    world: World, web: str
+) -> None:
+    for who in ("alice", "pat", "admin"):
+        ran = run_exec(world, who, web, ["id", "-un"])
+        assert (ran.exit, ran.out) == (0, f"{world.accounts.alice}\n".encode()), (who, ran)
+        assert proxied(world, who, f"/w/{web}/") == 200, who
+        with session(world, who, forward_url(world, web)) as forward:
+            forward.send(b"GET / HTTP/1.0\r\n\r\n")
+            assert forward.recv(timeout=30)[:12] == b"HTTP/1.0 200", who

@@ -12,7 +12,8 @@ text: `{"resize": [ROWS, COLS]}`, `{"eof": true}`.
 Port-forward: binary frames carry the bytes of one TCP connection to the declared port.
 
 Everything is refused before the WebSocket is accepted and before anything starts: an
-unknown workload, one not running, an undeclared port, a user outside the project.
+unknown workload, one not running, an undeclared port, a user who may not enter it (only
+its owner, its project's project-admins and admins may: its commands run as its owner).
 Reads and writes wait on the event loop (no thread per stream), one chunk at a time.
 """
 

@@ -1,5 +1,6 @@
 """The workspace proxy: /w/WORKLOAD/... to the `main` port of its task, /w/WORKLOAD/PORT/...
-to its other ports, HTTP and WebSocket, for admins and members of its project only.
+to its other ports, HTTP and WebSocket, for its owner, its project's project-admins and
+admins only (corral.server.workspace_access.check_access).
 
 Bodies stream through in chunks, with the ASGI server's flow control: a slow client makes
 this request wait for it, never the event loop, and nothing is buffered beyond a chunk

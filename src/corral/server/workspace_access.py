@@ -1,7 +1,9 @@
 """Who may reach a workload's ports, exec and shell, and where its task listens.
 
-Only admins and members of the workload's project get through (viewers read, but do not
-enter a project's processes). A request proves who it is with `Authorization: Bearer`
+Only the workload's owner, its project's project-admins and admins get through: the task
+runs as its owner's account, so whoever enters it acts as the owner, and the rule is the
+one of who may manage the workload (corral.server.deps.may_act_on). Viewers read, but do
+not enter a project's processes. A request proves who it is with `Authorization: Bearer`
 or with the dashboard's login cookie (HttpOnly, SameSite=Strict). The target is found in
 the store: the node's address and the number its agent gave the port, never localhost by
 assumption.
@@ -17,6 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
 from corral.model.spec import MAIN_PORT, PortSpec
+from corral.server.deps import ENTER, may_act_on, may_read
+from corral.server.errors import Forbidden
 from corral.store import NotFound, Store, UserRecord
 from corral.store.workspaces import Target
 
@@ -73,23 +77,23 @@ def same_origin(headers: Headers) -> bool:
     return origin is None or urlsplit(origin).netloc == headers.get("host")
 
 
-def may_enter(user: UserRecord, project: str) -> bool:
-    """Admins and members of `project` (either role) may enter its workloads' processes."""
+def lists_workspaces(user: UserRecord, project: str) -> bool:
+    """Admins and members of `project` (either role) see its workspaces listed; which of
+    them a user may enter is `check_access`'s."""
     return user.role == "admin" or project in user.projects
 
 
 def check_access(user: UserRecord, target: Target) -> None:
-    """Refused unless `user` may enter the workload; another project's workload is 404
-    with the answer of one that does not exist, so that names do not leak."""
-    if may_enter(user, target.project):
-        return
-    if user.reads_all:
-        raise Refused(
-            403,
-            f"{user.name} is a {user.role}; only members of {target.project} "
-            "may open its workloads",
-        )
-    raise Refused(404, f"workload {target.workload!r} not found")
+    """Refused unless `user` may enter the workload's task (its URLs, exec, shell,
+    port-forward): its owner, the project's project-admins and admins, by the rule of who
+    may manage it (403 for a teammate, with why). Another project's workload is 404 with
+    the answer of one that does not exist, so that names do not leak."""
+    if not may_read(user, target.project):
+        raise Refused(404, f"workload {target.workload!r} not found")
+    try:
+        may_act_on(user, target.workload, target.project, target.user, ENTER)
+    except Forbidden as refused:
+        raise Refused(403, str(refused)) from None
 
 
 # Where workloads' tasks run, read from the store at most every TARGET_TTL seconds per

@@ -18,8 +18,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -63,22 +64,36 @@ class World:
             lambda: run_exec(self, who, name, ["true"]).status != 503, 30, f"{name} to start"
         )
 
-    def cli(self, who: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def cli_env(self, who: str) -> dict[str, str]:
         home = self.shared / f"cli-{who}"
         home.mkdir(exist_ok=True)
-        env = {
+        return {
             **os.environ,
             "HOME": str(home),
             "CORRAL_SERVER": self.up.url,
             "CORRAL_TOKEN": self.tokens[who],
         }
+
+    def cli(self, who: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """`corral ARGS` as `who`, to its end."""
         return subprocess.run(
             [CORRAL, *args],
-            env=env,
+            env=self.cli_env(who),
             capture_output=True,
             text=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
+        )
+
+    def cli_started(self, who: str, *args: str) -> subprocess.Popen[str]:
+        """`corral ARGS` as `who`, left running."""
+        return subprocess.Popen(
+            [CORRAL, *args],
+            env=self.cli_env(who),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
 
@@ -117,7 +132,6 @@ class Ran:
     out: bytes = b""
     err: bytes = b""
     exit: int | None = None
-    closed: tuple[int | None, str] = field(default=(None, ""))
 
 
 def exec_url(world: World, name: str, command: list[str], tty: bool = False) -> str:
@@ -156,7 +170,6 @@ def run_exec(world: World, who: str, name: str, command: list[str], tty: bool = 
                     ran.err += message[1:]
         except ConnectionClosed:
             pass
-        ran.closed = (ws.close_code, ws.close_reason or "")
     return ran
 
 
@@ -263,3 +276,131 @@ def test_the_owner_project_admins_and_admins_enter_as_the_owners_account(
         with session(world, who, forward_url(world, web)) as forward:
             forward.send(b"GET / HTTP/1.0\r\n\r\n")
             assert forward.recv(timeout=30)[:12] == b"HTTP/1.0 200", who
+
+
+def audit_of(world: World, method: str, workload: str) -> list[dict[str, Any]]:
+    """The audit log's sessions of `method` into `workload`, oldest first."""
+    with world.api("admin") as api:
+        answer = api.get("/audit", params={"action": method})
+    assert answer.status_code == 200, answer.text
+    return [r for r in answer.json() if r["workload"] == workload]
+
+
+def test_an_owners_exec_is_audited_from_start_to_end(world: World, web: str) -> None:
+    """Who, the workload, the task, the command, its start, end and exit code; a refused
+    exec too, with its status. (Before, sessions were not in the audit log at all.)"""
+    script = "sleep 1; exit 3"
+    started = time.time()
+    ran = run_exec(world, "alice", web, ["/bin/sh", "-c", script])
+    assert ran.exit == 3, ran
+    refused = run_exec(world, "bob", web, ["id"])
+    assert refused.status == 403, refused
+    records = audit_of(world, "EXEC", web)
+    [mine] = [r for r in records if r["command"] == ["/bin/sh", "-c", script]]
+    assert mine["user"] == "alice" and mine["task"] == 0, mine
+    assert (mine["method"], mine["route"]) == ("EXEC", "/api/v1/workloads/{name}/exec"), mine
+    assert (mine["status"], mine["exit_code"]) == (101, 3), mine
+    assert started <= mine["at"] and mine["at"] + 1 <= mine["ended_at"] <= time.time(), mine
+    [theirs] = [r for r in records if r["user"] == "bob" and r["command"] == ["id"]]
+    assert (theirs["status"], theirs["ended_at"]) == (403, None), theirs
+    # `corral audit` shows it.
+    table = world.cli("admin", "audit", "--action", "EXEC", "--user", "alice").stdout
+    assert "exit 3" in table and "sleep 1" in table, table
+
+
+def open_sleeper(world: World, who: str, name: str, marker: str) -> ClientConnection:
+    """An exec session of `sleep` that outlives any test unless ended, as `who`, with its
+    argument `marker` so that its process can be found."""
+    ws = session(world, who, exec_url(world, name, ["sleep", marker]))
+    wait_until(lambda: sleeping(marker), 30, "the session's sleep to start")
+    return ws
+
+
+def sleeping(marker: str) -> bool:
+    """Whether a `sleep MARKER` process runs (not a zombie)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                state = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[0]
+            except (OSError, IndexError):
+                continue
+            if argv[:2] == [b"sleep", marker.encode()] and state != "Z":
+                return True
+    return False
+
+
+def ended_after(ws: ClientConnection, since: float) -> tuple[float, int | None, str]:
+    """Seconds from `since` until the server closed `ws`, its close code and reason."""
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            try:
+                ws.recv(timeout=ENDS_WITHIN + 10)
+            except TimeoutError:
+                raise AssertionError(f"the session is open {ENDS_WITHIN + 10:g} s on") from None
+    return time.monotonic() - since, ws.close_code, ws.close_reason or ""
+
+
+def test_a_revoked_token_ends_an_open_session_within_5_s(world: World, web: str) -> None:
+    """alice's sessions opened with a token of hers (an exec and a port-forward), then the
+    token revoked: both end within 5 s, saying why, and the command is killed. (Before,
+    they went on for as long as their client kept them.)"""
+    with world.api("admin") as api:
+        made = api.post("/users/alice/tokens", json={"name": "laptop"}).json()
+    world.tokens["alice-laptop"] = made["token"]
+    marker, by_cli = "600.101", "600.103"
+    cli = world.cli_started("alice-laptop", "exec", web, "--", "sleep", by_cli)
+    with (
+        open_sleeper(world, "alice-laptop", web, marker) as ws,
+        session(world, "alice-laptop", forward_url(world, web)) as forward,
+    ):
+        wait_until(lambda: sleeping(by_cli), 30, "the CLI's session to start")
+        with world.api("admin") as api:
+            assert api.delete(f"/tokens/{made['id']}").status_code == 204
+        revoked = time.monotonic()
+        took, code, reason = ended_after(ws, revoked)
+        assert took < ENDS_WITHIN and code == 1008, (took, code, reason)
+        assert reason == "session ended: the token is not valid", reason
+        took, code, _ = ended_after(forward, revoked)
+        assert took < ENDS_WITHIN and code == 1008, (took, code)
+        # The CLI says why its session ended.
+        _, errors = cli.communicate(timeout=ENDS_WITHIN + 10)
+        assert "corral: session ended: the token is not valid" in errors, errors
+        assert cli.returncode != 0
+    killed = "the sessions' commands to be killed"
+    wait_until(lambda: not (sleeping(marker) or sleeping(by_cli)), ENDS_WITHIN, killed)
+    [record] = [r for r in audit_of(world, "EXEC", web) if r["command"] == ["sleep", marker]]
+    assert record["ended_at"] is not None and record["exit_code"] is None, record
+
+
+def test_an_expired_token_ends_an_open_session_within_5_s(world: World, web: str) -> None:
+    with world.api("admin") as api:
+        made = api.post("/users/alice/tokens", json={"expires_in": 4}).json()
+    world.tokens["alice-brief"] = made["token"]
+    marker = "600.102"
+    with open_sleeper(world, "alice-brief", web, marker) as ws:
+        took, code, reason = ended_after(ws, time.monotonic())
+        assert took < 4 + ENDS_WITHIN and code == 1008, (took, code, reason)
+    wait_until(lambda: not sleeping(marker), ENDS_WITHIN, "the session's command to be killed")
+
+
+@pytest.mark.parametrize("how", ["removed from the project", "deleted"])
+def test_a_user_who_loses_access_loses_an_open_session_within_5_s(world: World, how: str) -> None:
+    """carl, a member running tasks as bob's account, opens a shell into his own workload;
+    he is taken out of the project (or deleted): the session ends within 5 s."""
+    carl = f"carl-{how.split()[0]}"
+    made = world.up.post(
+        "/users", {"name": carl, "project": "team", "unix_user": world.accounts.bob}
+    )
+    world.tokens[carl] = made["token"]
+    world.submit(carl, carl, ["sleep", "600"])
+    marker = f"600.{len(how)}"
+    with open_sleeper(world, carl, carl, marker) as ws:
+        with world.api("admin") as api:
+            path = f"/users/{carl}/projects/team" if how.startswith("removed") else f"/users/{carl}"
+            assert api.delete(path).status_code == 204
+        took, code, reason = ended_after(ws, time.monotonic())
+        assert took < ENDS_WITHIN and code == 1008, (took, code, reason)
+        why = f"{carl} is not a member of team" if how.startswith("removed") else "not valid"
+        assert why in reason, reason
+    wait_until(lambda: not sleeping(marker), ENDS_WITHIN, "the session's command to be killed")

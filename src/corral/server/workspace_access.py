@@ -11,18 +11,26 @@ assumption.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.websockets import WebSocket
 
 from corral.model.spec import MAIN_PORT, PortSpec
 from corral.server.deps import ENTER, may_act_on, may_read
 from corral.server.errors import Forbidden
 from corral.store import NotFound, Store, UserRecord
 from corral.store.workspaces import Target
+
+log = logging.getLogger("corral.workspaces")
 
 # The dashboard's login cookie (corral.server.dashboard.routes sets it).
 COOKIE = "corral_token"
@@ -75,6 +83,50 @@ def same_origin(headers: Headers) -> bool:
     such a request must not ride on the login cookie."""
     origin = headers.get("origin")
     return origin is None or urlsplit(origin).netloc == headers.get("host")
+
+
+# How often an open session (exec, shell, port-forward, a WebSocket through the proxy)
+# checks that its user may still enter the workload. The check reads the token cache,
+# which a revocation or a change of users or memberships clears on this server.
+RECHECK_SECONDS = 1.0
+# The close code of a session whose user lost access (RFC 6455: policy violation), and
+# the longest reason a close frame carries.
+ACCESS_ENDED = 1008
+MAX_REASON = 123
+# What a session's bridge runs beside its streams: `while_allowed`, its arguments given.
+Watch = Callable[[], Coroutine[Any, Any, None]]
+
+
+async def while_allowed(
+    websocket: WebSocket, store: Store, token: str | None, target: Target
+) -> None:
+    """Return once the user of `token` may no longer enter `target`, having closed the
+    client's WebSocket with ACCESS_ENDED and why: the token was revoked or expired, the
+    user deleted, taken out of the project or made a viewer. A session was let in once;
+    this keeps it from outliving the right to it (by RECHECK_SECONDS at most, here)."""
+    while True:
+        await asyncio.sleep(RECHECK_SECONDS)
+        why = await _why_not(store, token, target)
+        if why is not None:
+            break
+    log.info("a session of %s ended: %s", target.workload, why)
+    reason = f"session ended: {why}".encode()[:MAX_REASON].decode("utf-8", "ignore")
+    with contextlib.suppress(Exception):
+        await websocket.close(ACCESS_ENDED, reason)
+
+
+async def _why_not(store: Store, token: str | None, target: Target) -> str | None:
+    """Why the user of `token` may not enter `target` now, or None. The user entered
+    already, so the workload's name is theirs to know: no 404 hides it here. An error of
+    the store is logged and decides nothing (the next check decides)."""
+    try:
+        user = await authenticate(store, token)
+        may_act_on(user, target.workload, target.project, target.user, ENTER)
+    except (Refused, Forbidden) as refused:
+        return str(refused)
+    except Exception:
+        log.exception("checking a session's access to %s failed", target.workload)
+    return None
 
 
 def lists_workspaces(user: UserRecord, project: str) -> bool:

@@ -27,7 +27,7 @@ from urllib.parse import quote, urlencode
 
 import httpx
 import pytest
-from livecorral import CORRAL, Accounts, CorralUp, wait_until
+from livecorral import CORRAL, Accounts, CorralUp, runs, wait_until
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -312,22 +312,8 @@ def open_sleeper(world: World, who: str, name: str, marker: str) -> ClientConnec
     """An exec session of `sleep` that outlives any test unless ended, as `who`, with its
     argument `marker` so that its process can be found."""
     ws = session(world, who, exec_url(world, name, ["sleep", marker]))
-    wait_until(lambda: sleeping(marker), 30, "the session's sleep to start")
+    wait_until(lambda: runs("sleep", marker), 30, "the session's sleep to start")
     return ws
-
-
-def sleeping(marker: str) -> bool:
-    """Whether a `sleep MARKER` process runs (not a zombie)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-                state = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[0]
-            except (OSError, IndexError):
-                continue
-            if argv[:2] == [b"sleep", marker.encode()] and state != "Z":
-                return True
-    return False
 
 
 def ended_after(ws: ClientConnection, since: float) -> tuple[float, int | None, str]:
@@ -354,7 +340,7 @@ def test_a_revoked_token_ends_an_open_session_within_5_s(world: World, web: str)
         open_sleeper(world, "alice-laptop", web, marker) as ws,
         session(world, "alice-laptop", forward_url(world, web)) as forward,
     ):
-        wait_until(lambda: sleeping(by_cli), 30, "the CLI's session to start")
+        wait_until(lambda: runs("sleep", by_cli), 30, "the CLI's session to start")
         with world.api("admin") as api:
             assert api.delete(f"/tokens/{made['id']}").status_code == 204
         revoked = time.monotonic()
@@ -368,7 +354,7 @@ def test_a_revoked_token_ends_an_open_session_within_5_s(world: World, web: str)
         assert "corral: session ended: the token is not valid" in errors, errors
         assert cli.returncode != 0
     killed = "the sessions' commands to be killed"
-    wait_until(lambda: not (sleeping(marker) or sleeping(by_cli)), ENDS_WITHIN, killed)
+    wait_until(lambda: not (runs("sleep", marker) or runs("sleep", by_cli)), ENDS_WITHIN, killed)
     [record] = [r for r in audit_of(world, "EXEC", web) if r["command"] == ["sleep", marker]]
     assert record["ended_at"] is not None and record["exit_code"] is None, record
 
@@ -381,7 +367,7 @@ def test_an_expired_token_ends_an_open_session_within_5_s(world: World, web: str
     with open_sleeper(world, "alice-brief", web, marker) as ws:
         took, code, reason = ended_after(ws, time.monotonic())
         assert took < 4 + ENDS_WITHIN and code == 1008, (took, code, reason)
-    wait_until(lambda: not sleeping(marker), ENDS_WITHIN, "the session's command to be killed")
+    wait_until(lambda: not runs("sleep", marker), ENDS_WITHIN, "the session's command to be killed")
 
 
 @pytest.mark.parametrize("how", ["removed from the project", "deleted"])
@@ -403,4 +389,21 @@ def test_a_user_who_loses_access_loses_an_open_session_within_5_s(world: World, 
         assert took < ENDS_WITHIN and code == 1008, (took, code, reason)
         why = f"{carl} is not a member of team" if how.startswith("removed") else "not valid"
         assert why in reason, reason
-    wait_until(lambda: not sleeping(marker), ENDS_WITHIN, "the session's command to be killed")
+    wait_until(lambda: not runs("sleep", marker), ENDS_WITHIN, "the session's command to be killed")
+
+
+def test_a_project_admin_made_a_member_loses_a_session_into_a_teammates_workload(
+    world: World, web: str
+) -> None:
+    made = world.up.post("/users", {"name": "quinn", "project": "team"})
+    world.tokens["quinn"] = made["token"]
+    with world.api("admin") as api:
+        assert api.put("/users/quinn/projects/team", json={"role": "project-admin"}).is_success
+    marker = "600.105"
+    with open_sleeper(world, "quinn", web, marker) as ws:
+        with world.api("admin") as api:
+            assert api.put("/users/quinn/projects/team", json={"role": "member"}).is_success
+        took, code, reason = ended_after(ws, time.monotonic())
+        assert took < ENDS_WITHIN and code == 1008, (took, code, reason)
+        assert reason.startswith(f"session ended: {web} is alice's: only alice"), reason
+    wait_until(lambda: not runs("sleep", marker), ENDS_WITHIN, "the session's command to be killed")

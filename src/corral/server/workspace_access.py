@@ -102,8 +102,9 @@ async def while_allowed(
 ) -> None:
     """Return once the user of `token` may no longer enter `target`, having closed the
     client's WebSocket with ACCESS_ENDED and why: the token was revoked or expired, the
-    user deleted, taken out of the project or made a viewer. A session was let in once;
-    this keeps it from outliving the right to it (by RECHECK_SECONDS at most, here)."""
+    user deleted, taken out of the project or no longer its project-admin. A session was
+    let in once; this keeps it from outliving the right to it (by RECHECK_SECONDS at most,
+    on this server)."""
     while True:
         await asyncio.sleep(RECHECK_SECONDS)
         why = await _why_not(store, token, target)

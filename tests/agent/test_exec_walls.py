@@ -31,6 +31,8 @@ from livecorral import CORRAL, Accounts, CorralUp, runs, wait_until
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from session_support import ACCESS_ENDED, ended_after
+
 # A session must end this soon after its user loses the right to it.
 ENDS_WITHIN = 5.0
 # Serves the workload's directory on its declared port, as its account (the system's
@@ -316,17 +318,6 @@ def open_sleeper(world: World, who: str, name: str, marker: str) -> ClientConnec
     return ws
 
 
-def ended_after(ws: ClientConnection, since: float) -> tuple[float, int | None, str]:
-    """Seconds from `since` until the server closed `ws`, its close code and reason."""
-    with contextlib.suppress(ConnectionClosed):
-        while True:
-            try:
-                ws.recv(timeout=ENDS_WITHIN + 10)
-            except TimeoutError:
-                raise AssertionError(f"the session is open {ENDS_WITHIN + 10:g} s on") from None
-    return time.monotonic() - since, ws.close_code, ws.close_reason or ""
-
-
 def test_a_revoked_token_ends_an_open_session_within_5_s(world: World, web: str) -> None:
     """alice's sessions opened with a token of hers (an exec and a port-forward), then the
     token revoked: both end within 5 s, saying why, and the command is killed. (Before,
@@ -345,10 +336,10 @@ def test_a_revoked_token_ends_an_open_session_within_5_s(world: World, web: str)
             assert api.delete(f"/tokens/{made['id']}").status_code == 204
         revoked = time.monotonic()
         took, code, reason = ended_after(ws, revoked)
-        assert took < ENDS_WITHIN and code == 1008, (took, code, reason)
+        assert took < ENDS_WITHIN and code == ACCESS_ENDED, (took, code, reason)
         assert reason == "session ended: the token is not valid", reason
         took, code, _ = ended_after(forward, revoked)
-        assert took < ENDS_WITHIN and code == 1008, (took, code)
+        assert took < ENDS_WITHIN and code == ACCESS_ENDED, (took, code)
         # The CLI says why its session ended.
         _, errors = cli.communicate(timeout=ENDS_WITHIN + 10)
         assert "corral: session ended: the token is not valid" in errors, errors
@@ -366,7 +357,7 @@ def test_an_expired_token_ends_an_open_session_within_5_s(world: World, web: str
     marker = "600.102"
     with open_sleeper(world, "alice-brief", web, marker) as ws:
         took, code, reason = ended_after(ws, time.monotonic())
-        assert took < 4 + ENDS_WITHIN and code == 1008, (took, code, reason)
+        assert took < 4 + ENDS_WITHIN and code == ACCESS_ENDED, (took, code, reason)
     wait_until(lambda: not runs("sleep", marker), ENDS_WITHIN, "the session's command to be killed")
 
 
@@ -386,7 +377,7 @@ def test_a_user_who_loses_access_loses_an_open_session_within_5_s(world: World, 
             path = f"/users/{carl}/projects/team" if how.startswith("removed") else f"/users/{carl}"
             assert api.delete(path).status_code == 204
         took, code, reason = ended_after(ws, time.monotonic())
-        assert took < ENDS_WITHIN and code == 1008, (took, code, reason)
+        assert took < ENDS_WITHIN and code == ACCESS_ENDED, (took, code, reason)
         why = f"{carl} is not a member of team" if how.startswith("removed") else "not valid"
         assert why in reason, reason
     wait_until(lambda: not runs("sleep", marker), ENDS_WITHIN, "the session's command to be killed")
@@ -404,6 +395,6 @@ def test_a_project_admin_made_a_member_loses_a_session_into_a_teammates_workload
         with world.api("admin") as api:
             assert api.put("/users/quinn/projects/team", json={"role": "member"}).is_success
         took, code, reason = ended_after(ws, time.monotonic())
-        assert took < ENDS_WITHIN and code == 1008, (took, code, reason)
+        assert took < ENDS_WITHIN and code == ACCESS_ENDED, (took, code, reason)
         assert reason.startswith(f"session ended: {web} is alice's: only alice"), reason
     wait_until(lambda: not runs("sleep", marker), ENDS_WITHIN, "the session's command to be killed")

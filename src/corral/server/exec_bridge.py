@@ -36,7 +36,7 @@ from corral.server.deps import API
 from corral.server.exec_remote import open_relayed
 from corral.server.proxy import deny, until_one_ends
 from corral.server.routes import PrefixedRoute
-from corral.server.session_audit import EXEC, FORWARD, SessionAudit
+from corral.server.session_audit import EXEC, FORWARD, SessionAudit, recorded
 from corral.server.threads import run_waiting
 from corral.server.workspace_access import (
     Refused,
@@ -120,7 +120,7 @@ async def exec_entry(websocket: WebSocket, name: str) -> None:
     audit = SessionAudit.of(websocket, EXEC, name)
     try:
         command, tty, task = _command(websocket)
-        audit.about(task=task, command=tuple(command))
+        audit.about(task=task, command=recorded(command))
         token, target = await _enter(websocket, audit, name, task)
         cluster = websocket.app.state.background.cluster
         opened = await _open(cluster, target, name, task, command, tty)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,6 +32,23 @@ EXEC = "EXEC"
 FORWARD = "FORWARD"
 # The status of a session that opened: the WebSocket's answer, Switching Protocols.
 OPENED = 101
+# The most of a command a record keeps, in characters: a command may be 4096 arguments of
+# 64 KiB, which the audit log is not there to store.
+MAX_COMMAND = 8192
+
+
+def recorded(command: Sequence[str]) -> tuple[str, ...]:
+    """`command` as its record keeps it: whole up to MAX_COMMAND characters; beyond, cut
+    there, and a last word saying how many characters were left out."""
+    kept: list[str] = []
+    room = MAX_COMMAND
+    for index, argument in enumerate(command):
+        if len(argument) > room:
+            left = len(argument) - room + sum(len(rest) for rest in command[index + 1 :])
+            return (*kept, argument[:room], f"[{left} more characters]")
+        kept.append(argument)
+        room -= len(argument)
+    return tuple(kept)
 
 
 @dataclass

@@ -98,6 +98,16 @@ def running(pid: int) -> bool:
     return state is not None and state != "Z"
 
 
+def runs(*argv: str) -> bool:
+    """Whether a live process on this machine was started with `argv` (its first words)."""
+    wanted = [part.encode() for part in argv]
+    for entry in os.listdir("/proc"):
+        command = _read(f"/proc/{entry}/cmdline").split(b"\0")
+        if entry.isdigit() and command[: len(wanted)] == wanted and running(int(entry)):
+            return True
+    return False
+
+
 def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as handle:

@@ -1,7 +1,8 @@
 """Workspaces on a worker node of a real Ray cluster (127.0.0.2), reached through the
 server (127.0.0.1): the proxy's HTTP and WebSocket, `exec`, `shell` through a PTY,
-port-forward, an outsider refused at every entry, and stopping the workload closing
-every session. One Ray cluster (a head and one worker) for the whole module."""
+port-forward, an outsider refused at every entry, sessions audited and ended when their
+token is revoked, and stopping the workload closing every session. One Ray cluster (a
+head and one worker) for the whole module."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ import contextlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
 import pytest
-from livecorral import CORRAL, PYTHON, free_port, wait_until
+from livecorral import CORRAL, PYTHON, free_port, runs, wait_until
 from raycorral import RayServer, require_ray
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from pty_support import Terminal
+from session_support import ACCESS_ENDED, ended_after
 
 require_ray()
 
@@ -47,8 +50,9 @@ asyncio.run(main())
 
 @dataclass
 class Site:
-    """The module's server with projects team-a and team-b, alice (a member of team-a)
-    and bob (of team-b), and the CLI as each of them."""
+    """The module's server with projects team-a and team-b, alice (team-a's
+    project-admin, who enters the admin's workspaces there) and bob (a member of team-b),
+    and the CLI as each of them."""
 
     server: RayServer
     tokens: dict[str, str] = field(default_factory=dict)
@@ -104,6 +108,9 @@ def site(ray_server: RayServer) -> Site:
     for name, project in (("alice", "team-a"), ("bob", "team-b")):
         body = {"name": name, "role": "member", "project": project, "unix_user": "nobody"}
         found.tokens[name] = ray_server.post("/users", body)["token"]
+    with ray_server.client() as admin:
+        answer = admin.put("/users/alice/projects/team-a", json={"role": "project-admin"})
+        assert answer.status_code == 200, answer.text
     return found
 
 
@@ -196,6 +203,32 @@ def test_port_forward_carries_an_http_request(site: Site, web: str) -> None:
 
             found = wait_until(answer, 30, "the forwarded port to answer")
             assert found.status_code == 200 and "Directory listing" in found.text
+
+
+def test_a_relayed_session_is_audited_and_ends_once_its_token_is_revoked(
+    site: Site, web: str
+) -> None:
+    """Through the node's exec relay as on one machine: the command's exit code reaches
+    the audit log, and a session ends within 5 s of its token's revocation, saying why,
+    its command killed on the node."""
+    done = site.cli("exec", "web", "--", "/bin/sh", "-c", "exit 4")
+    assert done.returncode == 4, done.stderr
+    made = site.server.post("/users/alice/tokens", {"name": "relay"})
+    site.tokens["alice-relay"] = made["token"]
+    marker = "600.404"
+    with site.ws(f"/api/v1/workloads/web/exec?command=sleep&command={marker}", "alice-relay") as ws:
+        wait_until(lambda: runs("sleep", marker), 30, "the session's command to start")
+        with site.server.client() as admin:
+            assert admin.delete(f"/tokens/{made['id']}").status_code == 204
+        took, code, reason = ended_after(ws, time.monotonic())
+        assert took < 5 and code == ACCESS_ENDED, (took, code)
+        assert reason == "session ended: the token is not valid"
+    wait_until(lambda: not runs("sleep", marker), 5, "the session's command to be killed")
+    records = site.server.get("/audit", action="EXEC")
+    [exited] = [r for r in records if r["command"] == ["/bin/sh", "-c", "exit 4"]]
+    assert (exited["user"], exited["workload"], exited["exit_code"]) == ("alice", "web", 4)
+    [ended] = [r for r in records if r["command"] == ["sleep", marker]]
+    assert ended["ended_at"] is not None and ended["exit_code"] is None, ended
 
 
 def test_stopping_the_workload_closes_every_session(site: Site) -> None:

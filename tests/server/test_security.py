@@ -206,7 +206,10 @@ def test_audit_exports_json_lines(api: Api) -> None:
     lines = [json.loads(line) for line in response.text.splitlines()]
     mine = [r for r in lines if r["path"] == f"/api/v1/users/{user}/tokens"]
     assert [(r["user"], r["status"]) for r in mine] == [("admin", 201), ("admin", 201)]
-    assert set(mine[0]) == {"id", "at", "user", "method", "route", "path", "address", "status"}
+    write = {"id", "at", "user", "method", "route", "path", "address", "status"}
+    session = {"workload", "task", "command", "ended_at", "exit_code"}
+    assert set(mine[0]) == write | session
+    assert all(mine[0][field] is None for field in session)  # a write is no session
 
 
 # -- idempotency ---------------------------------------------------------------------------

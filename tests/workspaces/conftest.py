@@ -11,8 +11,9 @@ from ws_support import Server, start_server, stop_server
 
 @pytest.fixture(scope="module")
 def corral(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The server, projects team-a and team-b, alice (team-a), bob (team-b) and vera
-    (a viewer)."""
+    """The server, projects team-a and team-b, alice (team-a's project-admin, so that she
+    enters the admin's workspaces there), mia (a member of team-a, who enters only her
+    own), bob (team-b) and vera (a viewer)."""
     data_dir = tmp_path_factory.mktemp("corral-ws")
     server = start_server(data_dir)
     try:
@@ -22,12 +23,15 @@ def corral(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 assert answer.status_code == 201, answer.text
             for name, body in (
                 ("alice", {"role": "member", "project": "team-a"}),
+                ("mia", {"role": "member", "project": "team-a"}),
                 ("bob", {"role": "member", "project": "team-b"}),
                 ("vera", {"role": "viewer"}),
             ):
                 answer = api.post("/users", json={"name": name, **body, "unix_user": "nobody"})
                 assert answer.status_code == 201, answer.text
                 server.tokens[name] = answer.json()["token"]
+            answer = api.put("/users/alice/projects/team-a", json={"role": "project-admin"})
+            assert answer.status_code == 200, answer.text
         yield server
     finally:
         stop_server(server.process, data_dir)

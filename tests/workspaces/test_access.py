@@ -1,6 +1,7 @@
-"""Who gets in, and what bad input gets: only admins and members of the workload's
-project reach its URLs, exec, shell and port-forward; everyone else, and every request
-for something that is not there, gets a clear 4xx and starts nothing."""
+"""Who gets in, and what bad input gets: only the workload's owner, its project's
+project-admins and admins reach its URLs, exec, shell and port-forward; everyone else
+(a teammate, a viewer, another project's member, nobody), and every request for
+something that is not there, gets a clear 4xx and starts nothing."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def test_an_outsider_is_refused_at_every_entry(
     corral: Server, notebook: str, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran"
-    for who, status in (("bob", 404), ("vera", 403), (None, 401)):
+    for who, status in (("mia", 403), ("bob", 404), ("vera", 403), (None, 401)):
         with corral.http(who) as http:
             for path in (f"/w/{notebook}/", f"/w/{notebook}/api/status", f"/w/{notebook}/api"):
                 answer = http.get(path)
@@ -43,6 +44,10 @@ def test_an_outsider_is_refused_at_every_entry(
         forward = f"/api/v1/workloads/{notebook}/ports/main/forward"
         assert refused_socket(corral, forward, who) == status
     assert not marker.exists()
+    # A teammate is told why: the workspace is the admin's, and runs as the admin's account.
+    with corral.http("mia") as http:
+        detail = http.get(f"/w/{notebook}/").json()["detail"]
+    assert detail.startswith(f"{notebook} is admin's: only admin, the project-admins of team-a")
     # The CLI says so, and runs nothing.
     done = corral.cli("exec", notebook, "--", "touch", str(marker), who="bob")
     assert done.returncode != 0 and "404" in done.stderr and "not found" in done.stderr

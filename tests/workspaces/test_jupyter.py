@@ -1,13 +1,16 @@
-"""A real Jupyter Server started as a workspace, reached through the proxy: its API, and a
-kernel that runs 1+1 over a WebSocket."""
+"""A real Jupyter Server started as a workspace, reached through the proxy: its API, a
+kernel that runs 1+1 over a WebSocket, and that WebSocket's end when its token is revoked."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 from websockets.sync.client import connect
 from ws_support import Server
+
+from session_support import ACCESS_ENDED, ended_after
 
 
 def test_the_api_answers_through_the_proxy(corral: Server, notebook: str) -> None:
@@ -64,3 +67,25 @@ def test_a_kernel_runs_one_plus_one_over_the_websocket(corral: Server, notebook:
         if r["path"] == f"/w/{notebook}/api/kernels"
     ]
     assert ("POST", "alice", 201) in made
+
+
+def test_a_revoked_token_ends_a_kernels_websocket_within_5_s(corral: Server, notebook: str) -> None:
+    """A WebSocket through the proxy (a kernel's channels: code that runs as the
+    workspace's account) ends once its token is revoked, as exec sessions do."""
+    with corral.api() as api:
+        made = api.post("/users/alice/tokens", json={"name": "kernel"}).json()
+    with corral.http("alice") as http:
+        answer = http.post(f"/w/{notebook}/api/kernels", json={"name": "python3"})
+        assert answer.status_code == 201, answer.text
+        kernel = answer.json()["id"]
+    url = corral.url.replace("http://", "ws://") + f"/w/{notebook}/api/kernels/{kernel}/channels"
+    try:
+        with connect(url, additional_headers={"Authorization": f"Bearer {made['token']}"}) as ws:
+            with corral.api() as api:
+                assert api.delete(f"/tokens/{made['id']}").status_code == 204
+            took, code, reason = ended_after(ws, time.monotonic())
+            assert took < 5 and code == ACCESS_ENDED, (took, code)
+            assert reason == "session ended: the token is not valid"
+    finally:
+        with corral.http("alice") as http:
+            assert http.delete(f"/w/{notebook}/api/kernels/{kernel}").status_code == 204

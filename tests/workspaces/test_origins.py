@@ -30,8 +30,8 @@ HTML = {"Accept": "text/html"}
 
 @pytest.fixture(scope="module")
 def corral(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server with a workspace domain; alice in team-a, bob in team-b; the workspaces
-    web and web2 in team-a."""
+    """A server with a workspace domain; alice in team-a (its project-admin, who enters
+    the admin's workspaces), bob in team-b; the workspaces web and web2 in team-a."""
     data_dir = tmp_path_factory.mktemp("corral-origins")
     server = start_server(data_dir, "--workspace-domain", DOMAIN)
     try:
@@ -43,6 +43,8 @@ def corral(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 answer = api.post("/users", json=body)
                 assert answer.status_code == 201, answer.text
                 server.tokens[name] = answer.json()["token"]
+            answer = api.put("/users/alice/projects/team-a", json={"role": "project-admin"})
+            assert answer.status_code == 200, answer.text
         for name in ("web", "web2"):
             done = server.cli(
                 "workspace", "create", name, "-p", "team-a", "-g", "0",

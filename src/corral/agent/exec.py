@@ -1,6 +1,8 @@
 """Commands run beside a task (`corral exec`, `corral shell`): in the task's environment
 (its variables, devices, working directory and Unix account), as children of the agent,
-with a pseudo-terminal for a shell. They are stopped when their workload's task stops."""
+with a pseudo-terminal for a shell. They are stopped when their workload's task stops.
+A command becomes the task's account before it touches any path: the working directory
+is entered as that account, never as the agent's root."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import struct
 import subprocess
 import termios
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,10 +114,52 @@ class ExecSession:
                     os.close(fd)
 
 
-def _controlling_terminal() -> None:
-    # In the child, after setsid: the pty on fd 0 becomes its controlling terminal, so
-    # that ^C and job control reach the shell's foreground job.
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+@contextlib.contextmanager
+def _entering(workdir: str, tty: bool, account: str) -> Iterator[Callable[[], None]]:
+    """Popen's `preexec_fn`: it runs in the child once the child is the account (Popen
+    switches uid, gid and groups before it), takes the terminal when `tty`, then enters
+    `workdir`. Entered as root, the directory could be a symlink its account swapped in,
+    to a directory of another account's that it may not reach by path; from inside, it
+    could read what is below. A directory the account may not enter is raised as OSError
+    naming it and the account; the child's errno comes back through a pipe."""
+    readable, writable = os.pipe()
+    os.set_blocking(readable, False)
+
+    def prepare() -> None:
+        if tty:
+            # After setsid: the pty on fd 0 becomes the controlling terminal, so that ^C
+            # and job control reach the shell's foreground job.
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        try:
+            os.chdir(workdir)
+        except OSError as error:
+            os.write(writable, str(error.errno).encode())
+            raise
+
+    try:
+        yield prepare
+    except subprocess.SubprocessError:
+        code = _child_errno(readable, writable)
+        writable = CLOSED
+        if code is None:
+            raise
+        why = f"cannot enter the working directory {workdir!r} as {account}: {os.strerror(code)}"
+        raise OSError(code, why) from None
+    finally:
+        for fd in (readable, writable):
+            if fd != CLOSED:
+                os.close(fd)
+
+
+def _child_errno(readable: int, writable: int) -> int | None:
+    """The errno a failed child wrote, if it wrote one; closes `writable` first (the child,
+    having failed, has exited: nothing else holds the pipe open for long)."""
+    os.close(writable)
+    try:
+        written = os.read(readable, 32)
+    except BlockingIOError:
+        return None
+    return int(written) if written.isdigit() else None
 
 
 def spawn(
@@ -127,46 +171,28 @@ def spawn(
     tty: bool,
 ) -> ExecSession:
     """Start `command` in a session of its own, as `identity` when given (a root agent),
-    in `workdir`, with exactly `env`; with a pseudo-terminal when `tty`. OSError or
-    ValueError when it cannot start."""
-    uid = identity.uid if identity is not None else None
-    gid = identity.gid if identity is not None else None
-    groups = list(identity.groups) if identity is not None else None
+    in `workdir` (entered as that account: see `_entering`), with exactly `env`; with a
+    pseudo-terminal when `tty`. OSError or ValueError when it cannot start."""
+    # As the account, in a session of its own, with exactly `env`.
+    settings: dict[str, Any] = {
+        "user": identity.uid if identity is not None else None,
+        "group": identity.gid if identity is not None else None,
+        "extra_groups": list(identity.groups) if identity is not None else None,
+        "start_new_session": True,
+        "env": dict(env),
+    }
+    who = identity.name if identity is not None else "the agent's user"
     if tty:
-        primary, secondary = pty.openpty()
-        try:
-            process = subprocess.Popen(
-                list(command),
-                env=dict(env),
-                cwd=workdir,
-                stdin=secondary,
-                stdout=secondary,
-                stderr=secondary,
-                start_new_session=True,
-                preexec_fn=_controlling_terminal,
-                user=uid,
-                group=gid,
-                extra_groups=groups,
-            )
-        except BaseException:
-            os.close(primary)
-            raise
-        finally:
-            os.close(secondary)
-        os.set_blocking(primary, False)
-        return ExecSession(workload, process, primary, primary, None, True)
-    process = subprocess.Popen(
-        list(command),
-        env=dict(env),
-        cwd=workdir,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        user=uid,
-        group=gid,
-        extra_groups=groups,
-    )
+        return _spawn_terminal(workload, command, workdir, who, settings)
+    with _entering(workdir, False, who) as prepare:
+        process = subprocess.Popen(
+            list(command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=prepare,
+            **settings,
+        )
     assert process.stdin and process.stdout and process.stderr
     # The fds are handed to the session, which closes them; the file objects must not.
     fds = [os.dup(stream.fileno()) for stream in (process.stdin, process.stdout, process.stderr)]
@@ -175,6 +201,34 @@ def spawn(
     for fd in fds:
         os.set_blocking(fd, False)
     return ExecSession(workload, process, fds[0], fds[1], fds[2], False)
+
+
+def _spawn_terminal(
+    workload: str,
+    command: Sequence[str],
+    workdir: str,
+    who: str,
+    settings: dict[str, Any],
+) -> ExecSession:
+    """`spawn` with a pseudo-terminal for the command's three streams."""
+    primary, secondary = pty.openpty()
+    try:
+        with _entering(workdir, True, who) as prepare:
+            process = subprocess.Popen(
+                list(command),
+                stdin=secondary,
+                stdout=secondary,
+                stderr=secondary,
+                preexec_fn=prepare,
+                **settings,
+            )
+    except BaseException:
+        os.close(primary)
+        raise
+    finally:
+        os.close(secondary)
+    os.set_blocking(primary, False)
+    return ExecSession(workload, process, primary, primary, None, True)
 
 
 class Sessions:

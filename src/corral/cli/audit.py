@@ -1,7 +1,9 @@
-"""`corral audit`: the audit log of writes (admins only), as a table or as JSON lines."""
+"""`corral audit`: the audit log of writes and sessions (exec, shell, port-forward; admins
+only), as a table or as JSON lines."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from datetime import datetime
 from typing import Annotated
@@ -18,8 +20,11 @@ from corral.cli.common import (
 )
 from corral.cli.config import connect
 from corral.cli.tokens import when
+from corral.sdk.types import AuditOut
 
 _AGO = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# The status of a session that opened (the WebSocket's 101 Switching Protocols).
+OPENED = 101
 
 
 def point_in_time(flag: str, text: str, now: float) -> float:
@@ -71,7 +76,8 @@ def audit_command(
     ] = False,
     output: OutputFormat = "table",
 ) -> None:
-    """Who wrote what, when, from where, and how it was answered (admins only)."""
+    """Who wrote what, when, from where, and how it was answered; and who entered which
+    workload's task, with what command, and how it ended (admins only)."""
     with reported_errors(ctx):
         now = time.time()
         filters = {
@@ -90,7 +96,7 @@ def audit_command(
         if printed_as_data(records, output):
             return
     table = Table()
-    for column in ("time (UTC)", "user", "action", "path", "address", "status"):
+    for column in ("time (UTC)", "user", "action", "path", "address", "status", "session"):
         table.add_column(column)
     for record in records:
         table.add_row(
@@ -100,5 +106,23 @@ def audit_command(
             record["path"],
             record["address"] or "-",
             str(record["status"]),
+            session_summary(record),
         )
     out_console().print(table)
+
+
+def session_summary(record: AuditOut) -> str:
+    """What a session's record says beyond a write's: its task and command, then how long
+    it lasted and how it ended ("open" while it runs); "" for a write."""
+    task, ended = record.get("task"), record.get("ended_at")
+    if record.get("workload") is None or task is None:
+        return ""
+    command = shlex.join(record.get("command") or [])
+    what = f"task {task}" + (f": {command}" if command else "")
+    if record["status"] != OPENED:
+        return what
+    if ended is None:
+        return f"{what}; open"
+    code = record.get("exit_code")
+    end = f"exit {code}" if code is not None else "no exit code"
+    return f"{what}; {ended - record['at']:.1f} s, {end}"

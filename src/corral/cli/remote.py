@@ -27,6 +27,8 @@ from corral.cli.common import CliError, InvalidInput, reported_errors
 from corral.cli.config import credentials
 
 CHUNK = 64 * 1024
+# The close code of a session the server ended because its user lost access.
+ACCESS_ENDED = 1008
 
 
 def _ws_url(path: str, query: dict[str, Any] | None = None) -> tuple[str, str]:
@@ -101,7 +103,15 @@ def _attached(ws: ClientConnection, tty_wanted: bool) -> int:
         pass
     finally:
         restore()
+    _say_why_ended(ws)
     return code
+
+
+def _say_why_ended(ws: ClientConnection) -> None:
+    """The server's reason, when it ended the session because its user lost access (the
+    token revoked or expired, the user out of the project)."""
+    if ws.close_code == ACCESS_ENDED:
+        print(f"corral: {ws.close_reason}", file=sys.stderr)
 
 
 def _send_size(ws: ClientConnection) -> None:
@@ -259,6 +269,7 @@ def _downstream(ws: ClientConnection, client: socket.socket) -> None:
     except (OSError, ConnectionClosed):
         pass
     finally:
+        _say_why_ended(ws)
         with contextlib.suppress(OSError):
             client.shutdown(socket.SHUT_RDWR)
         client.close()

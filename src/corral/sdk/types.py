@@ -29,7 +29,9 @@ class ArrayOut(TypedDict):
 
 
 class AuditOut(TypedDict):
-    """A write request: who (null for no valid token), when, what, from where, outcome."""
+    """A write request: who (null for no valid token), when, what, from where, outcome. Or a session
+    that entered (or tried to enter) a workload's task: method EXEC (exec, shell) or FORWARD
+    (port-forward), status 101 once it opened, with the fields below."""
 
     id: int
     at: float
@@ -39,6 +41,17 @@ class AuditOut(TypedDict):
     path: str
     address: str | None
     status: int
+    # a session's workload; null for a write
+    workload: str | None
+    # a session's task
+    task: int | None
+    # an exec session's command
+    command: list[str] | None
+    # when a session ended; null while open
+    ended_at: float | None
+    # an exec session's exit code; null while it runs, and when it ended otherwise (its client left,
+    # its user lost access)
+    exit_code: int | None
 
 
 class ClusterOut(TypedDict):

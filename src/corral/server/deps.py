@@ -131,10 +131,24 @@ def may_use_secrets(current: UserRecord, project: str) -> None:
     raise Forbidden(f"{current.name} may not use the secrets of {project}")
 
 
+# What `may_act_on` refuses, as its refusals say it.
+MANAGE = "manage it"
+ENTER = "reach its tasks (exec, shell, port-forward, its URLs)"
+
+
 def may_manage(current: UserRecord, record: WorkloadRecord) -> None:
     """Raise Forbidden unless `current` may stop, delete, suspend or resume the workload:
     admins any, a project's project-admins all of its workloads, its members their own."""
-    project, owner = record.spec.project, record.spec.user
+    may_act_on(current, record.name, record.spec.project, record.spec.user, MANAGE)
+
+
+def may_act_on(current: UserRecord, name: str, project: str, owner: str, action: str) -> None:
+    """Raise Forbidden unless `current` may act on the workload `name` of `project`,
+    submitted by `owner`: admins on any, the project's project-admins on all of its
+    workloads, its members on their own. The one rule for managing a workload and for
+    entering its tasks, which run as its owner's account: a member who may not cancel a
+    teammate's work may not run commands as the teammate either. `action` (MANAGE, ENTER)
+    says what was refused."""
     if current.role == "admin":
         return
     if current.role == "viewer":
@@ -145,7 +159,8 @@ def may_manage(current: UserRecord, record: WorkloadRecord) -> None:
     if role is None:
         raise Forbidden(_outsider(current, project))
     raise Forbidden(
-        f"{record.name} is {owner}'s; a member of {project} manages only their own workloads"
+        f"{name} is {owner}'s: only {owner}, the project-admins of {project} and admins "
+        f"may {action}"
     )
 
 

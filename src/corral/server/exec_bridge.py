@@ -12,7 +12,8 @@ text: `{"resize": [ROWS, COLS]}`, `{"eof": true}`.
 Port-forward: binary frames carry the bytes of one TCP connection to the declared port.
 
 Everything is refused before the WebSocket is accepted and before anything starts: an
-unknown workload, one not running, an undeclared port, a user outside the project.
+unknown workload, one not running, an undeclared port, a user who may not enter it (only
+its owner, its project's project-admins and admins may: its commands run as its owner).
 Reads and writes wait on the event loop (no thread per stream), one chunk at a time.
 """
 
@@ -22,7 +23,9 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol
 
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
@@ -30,12 +33,14 @@ from starlette.websockets import WebSocketDisconnect
 from corral.agent.exec import ExecSession
 from corral.agent.fdio import read_fd, write_fd
 from corral.server.deps import API
-from corral.server.exec_remote import bridge_relayed, open_relayed
+from corral.server.exec_remote import open_relayed
 from corral.server.proxy import deny, until_one_ends
 from corral.server.routes import PrefixedRoute
+from corral.server.session_audit import EXEC, FORWARD, SessionAudit, recorded
 from corral.server.threads import run_waiting
 from corral.server.workspace_access import (
     Refused,
+    Watch,
     authenticate,
     credentials,
     find_target,
@@ -43,8 +48,8 @@ from corral.server.workspace_access import (
     named_port,
     number_of,
     same_origin,
+    while_allowed,
 )
-from corral.store import UserRecord
 from corral.store.workspaces import Target
 
 log = logging.getLogger("corral.exec")
@@ -57,13 +62,39 @@ MAX_ARG = 64 * 1024
 router = APIRouter(prefix=API, include_in_schema=False, route_class=PrefixedRoute)
 
 
-async def _enter(websocket: WebSocket, name: str, task: int) -> tuple[UserRecord, Target]:
-    """Who asks, and the running task they may enter; Refused otherwise."""
+class Opened(Protocol):
+    """A session that opened: its streams bridged to the client's WebSocket until it ends
+    (its exit code, if it has one) or `watch` ends it, and what closes it after."""
+
+    async def bridge(self, websocket: WebSocket, watch: Watch) -> int | None: ...
+
+    async def close(self) -> None: ...
+
+
+async def _enter(
+    websocket: WebSocket, audit: SessionAudit, name: str, task: int
+) -> tuple[str | None, Target]:
+    """The caller's token, and the running task they may enter; Refused otherwise."""
+    store = websocket.app.state.store
     token, _ = credentials(websocket.headers, websocket.cookies)
-    user = await authenticate(websocket.app.state.store, token)
+    user = await authenticate(store, token)
+    audit.about(user=user.name)
     if not same_origin(websocket.headers):
         raise Refused(403, "cross-site WebSocket refused")
-    return user, await find_target(websocket.app.state.store, user, name, task)
+    return token, await find_target(store, user, name, task)
+
+
+async def _run(websocket: WebSocket, audit: SessionAudit, opened: Opened, watch: Watch) -> None:
+    """The session, from its audit record to its end: accepted, bridged until it ends, its
+    user loses access or its client goes away, then closed and its record completed."""
+    code = None
+    try:
+        await audit.opened()
+        await websocket.accept()
+        code = await opened.bridge(websocket, watch)
+    finally:
+        await opened.close()
+        await audit.ended(code)
 
 
 def _command(websocket: WebSocket) -> tuple[list[str], bool, int]:
@@ -86,38 +117,51 @@ def _command(websocket: WebSocket) -> tuple[list[str], bool, int]:
 @router.websocket("/workloads/{name}/exec")
 async def exec_entry(websocket: WebSocket, name: str) -> None:
     """Run a command beside a running task, its streams over this WebSocket."""
-    cluster = websocket.app.state.background.cluster
-    # Agents in this process hand over their session's fds; others (Ray nodes') offer
-    # it on their node's relay.
-    local = getattr(cluster, "open_session", None) is not None
-    remote = getattr(cluster, "open_remote_session", None)
+    audit = SessionAudit.of(websocket, EXEC, name)
     try:
         command, tty, task = _command(websocket)
-        _, target = await _enter(websocket, name, task)
-        assert target.node is not None
-        if local:
-            session = await _open_local(cluster, target, name, task, command, tty)
-        elif remote is not None:
-            relayed = await open_relayed(remote, target.node, name, task, command, tty)
-        else:
-            raise Refused(501, "this server has no agents to run commands on")
+        audit.about(task=task, command=recorded(command))
+        token, target = await _enter(websocket, audit, name, task)
+        cluster = websocket.app.state.background.cluster
+        opened = await _open(cluster, target, name, task, command, tty)
     except Refused as error:
+        await audit.refused(error.status)
         await deny(websocket, error)
         return
-    if not local:
-        try:
-            await websocket.accept()
-        except BaseException:
-            await relayed.close()
-            raise
-        await bridge_relayed(websocket, relayed)
-        return
-    try:
-        await websocket.accept()
-        await _bridge(websocket, session)
-    finally:
-        await run_waiting(session.release)
-        cluster.forget_session(target.node, session)
+    watch = partial(while_allowed, websocket, websocket.app.state.store, token, target)
+    await _run(websocket, audit, opened, watch)
+
+
+async def _open(
+    cluster: Any, target: Target, name: str, task: int, command: list[str], tty: bool
+) -> Opened:
+    """The command started beside the task: by an agent in this process, which hands over
+    its fds, or by a Ray node's, which offers them on its node's relay."""
+    assert target.node is not None
+    if getattr(cluster, "open_session", None) is not None:
+        return _Local(
+            cluster, target.node, await _open_local(cluster, target, name, task, command, tty)
+        )
+    remote = getattr(cluster, "open_remote_session", None)
+    if remote is not None:
+        return await open_relayed(remote, target.node, name, task, command, tty)
+    raise Refused(501, "this server has no agents to run commands on")
+
+
+@dataclass
+class _Local:
+    """A session of an agent in the server's process: its fds."""
+
+    cluster: Any
+    node: str
+    session: ExecSession
+
+    async def bridge(self, websocket: WebSocket, watch: Watch) -> int | None:
+        return await _bridge(websocket, self.session, watch)
+
+    async def close(self) -> None:
+        await run_waiting(self.session.release)
+        self.cluster.forget_session(self.node, self.session)
 
 
 async def _open_local(
@@ -136,9 +180,10 @@ async def _open_local(
     return session
 
 
-async def _bridge(websocket: WebSocket, session: ExecSession) -> None:
-    """Relay the session's streams until it ends (then send its exit code) or the client
-    goes away (then the session is killed by the caller)."""
+async def _bridge(websocket: WebSocket, session: ExecSession, watch: Watch) -> int | None:
+    """Relay the session's streams until it ends (then send its exit code, and return it),
+    the client goes away or `watch` ends (its user lost access); then None, and the caller
+    kills the session."""
 
     async def pump(fd: int, tag: bytes) -> None:
         while data := await read_fd(fd):
@@ -158,19 +203,21 @@ async def _bridge(websocket: WebSocket, session: ExecSession) -> None:
     pumps = [asyncio.ensure_future(pump(session.output, STDOUT))]
     if session.errors is not None:
         pumps.append(asyncio.ensure_future(pump(session.errors, STDERR)))
-    listener = asyncio.ensure_future(inbound())
+    # The client's side of the session: it ends when the client goes, or may no longer be.
+    listener = asyncio.ensure_future(until_one_ends(inbound(), watch()))
     try:
         outputs: asyncio.Future[Any] = asyncio.gather(*pumps)
         done, _ = await asyncio.wait({outputs, listener}, return_when=asyncio.FIRST_COMPLETED)
         if listener in done:
-            return
+            return None
         code = await session.exited(listener)
         if code is None:
-            return
+            return None
         await websocket.send_text(json.dumps({"exit": code}))
         await websocket.close(1000)
+        return code
     except WebSocketDisconnect:
-        return
+        return None
     finally:
         for future in (*pumps, listener):
             future.cancel()
@@ -182,32 +229,52 @@ async def _bridge(websocket: WebSocket, session: ExecSession) -> None:
 @router.websocket("/workloads/{name}/ports/{port}/forward")
 async def forward_entry(websocket: WebSocket, name: str, port: str) -> None:
     """One TCP connection to a declared port of a running task, over this WebSocket."""
+    audit = SessionAudit.of(websocket, FORWARD, name)
+    audit.about(task=0)
     try:
-        _, target = await _enter(websocket, name, 0)
-        number = number_of(target, named_port(target, port))
-        assert target.address is not None
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(target.address, number), 10
-            )
-        except (OSError, TimeoutError) as error:
-            raise Refused(502, f"nothing answers on port {port} of {name}: {error}") from None
+        token, target = await _enter(websocket, audit, name, 0)
+        opened = await _connect(target, name, port)
     except Refused as error:
+        await audit.refused(error.status)
         await deny(websocket, error)
         return
-    log.debug("forwarding to %s:%s", host_of(target.address), number)
     await websocket.app.state.activity.touch(name)
+    watch = partial(while_allowed, websocket, websocket.app.state.store, token, target)
+    await _run(websocket, audit, opened, watch)
+
+
+async def _connect(target: Target, name: str, port: str) -> _Forwarded:
+    """A connection to the declared port `port` of the task; Refused when it has no such
+    port or nothing answers there."""
+    number = number_of(target, named_port(target, port))
+    assert target.address is not None
     try:
-        await websocket.accept()
-        await _relay_tcp(websocket, reader, writer)
-    finally:
-        writer.close()
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(target.address, number), 10)
+    except (OSError, TimeoutError) as error:
+        raise Refused(502, f"nothing answers on port {port} of {name}: {error}") from None
+    log.debug("forwarding to %s:%s", host_of(target.address), number)
+    return _Forwarded(reader, writer)
+
+
+@dataclass
+class _Forwarded:
+    """A port-forward's connection to the task's port."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    async def bridge(self, websocket: WebSocket, watch: Watch) -> int | None:
+        await _relay_tcp(websocket, self.reader, self.writer, watch)
+        return None
+
+    async def close(self) -> None:
+        self.writer.close()
         with contextlib.suppress(Exception):
-            await writer.wait_closed()
+            await self.writer.wait_closed()
 
 
 async def _relay_tcp(
-    websocket: WebSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    websocket: WebSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, watch: Watch
 ) -> None:
     async def outbound() -> None:
         while data := await reader.read(CHUNK):
@@ -224,7 +291,7 @@ async def _relay_tcp(
                 await writer.drain()
 
     try:
-        await until_one_ends(outbound(), inbound())
+        await until_one_ends(outbound(), inbound(), watch())
     finally:
         with contextlib.suppress(Exception):
             await websocket.close(1000)

@@ -32,7 +32,7 @@ from corral.cluster.exec_relay import (
 )
 from corral.server.proxy import until_one_ends
 from corral.server.threads import run_waiting
-from corral.server.workspace_access import Refused
+from corral.server.workspace_access import Refused, Watch
 
 # Seconds to reach a node's relay and have its answer to the secret.
 CONNECT_SECONDS = 10.0
@@ -47,6 +47,10 @@ class Relayed:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
+
+    async def bridge(self, websocket: WebSocket, watch: Watch) -> int | None:
+        """Carry the session over the client's accepted WebSocket: `bridge_relayed`."""
+        return await bridge_relayed(websocket, self, watch)
 
     async def close(self) -> None:
         """Close the connection: the node kills the session if it still runs."""
@@ -87,12 +91,14 @@ async def open_relayed(
     return Relayed(reader, writer)
 
 
-async def bridge_relayed(websocket: WebSocket, relayed: Relayed) -> None:
+async def bridge_relayed(websocket: WebSocket, relayed: Relayed, watch: Watch) -> int | None:
     """Carry the session between the client's (accepted) WebSocket and the node until
-    the command ends (its exit code goes to the client, then the socket closes) or
-    either side goes away."""
+    the command ends (its exit code goes to the client, then the socket closes, and is
+    returned), either side goes away or `watch` ends (its user lost access): then None."""
+    code: int | None = None
 
     async def outbound() -> None:
+        nonlocal code
         while True:
             try:
                 kind, data = await read_frame(relayed.reader)
@@ -121,10 +127,11 @@ async def bridge_relayed(websocket: WebSocket, relayed: Relayed) -> None:
                 await relayed.writer.drain()
 
     try:
-        await until_one_ends(outbound(), inbound())
+        await until_one_ends(outbound(), inbound(), watch())
     except (WebSocketDisconnect, OSError):
         pass
     finally:
         await relayed.close()
         with contextlib.suppress(Exception):
             await websocket.close(1000)
+    return code

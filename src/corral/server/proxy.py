@@ -1,5 +1,6 @@
 """The workspace proxy: /w/WORKLOAD/... to the `main` port of its task, /w/WORKLOAD/PORT/...
-to its other ports, HTTP and WebSocket, for admins and members of its project only.
+to its other ports, HTTP and WebSocket, for its owner, its project's project-admins and
+admins only (corral.server.workspace_access.check_access).
 
 Bodies stream through in chunks, with the ASGI server's flow control: a slow client makes
 this request wait for it, never the event loop, and nothing is buffered beyond a chunk
@@ -14,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine
+from functools import partial
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote
@@ -33,11 +35,13 @@ from corral.server.workspace_access import (
     COOKIE,
     Refused,
     Route,
+    Watch,
     authenticate,
     credentials,
     forget_target,
     route,
     same_origin,
+    while_allowed,
 )
 from corral.server.workspace_origins import (
     SCOPE_KEY,
@@ -302,9 +306,12 @@ async def proxy_websocket(websocket: WebSocket, name: str, rest: str) -> None:
     except (OSError, websockets.exceptions.WebSocketException, TimeoutError) as error:
         await deny(websocket, Refused(502, f"workload {name} refused the WebSocket: {error}"))
         return
+    watch = partial(while_allowed, websocket, store, token, target.target)
     async with upstream:
         await websocket.accept(subprotocol=upstream.subprotocol)
-        await relay(websocket, upstream, target.target.workload, websocket.app.state.activity)
+        await relay(
+            websocket, upstream, target.target.workload, websocket.app.state.activity, watch
+        )
 
 
 async def until_one_ends(*directions: Coroutine[Any, Any, None]) -> None:
@@ -322,9 +329,14 @@ async def until_one_ends(*directions: Coroutine[Any, Any, None]) -> None:
 
 
 async def relay(
-    websocket: WebSocket, upstream: ClientConnection, workload: str, activity: Activity
+    websocket: WebSocket,
+    upstream: ClientConnection,
+    workload: str,
+    activity: Activity,
+    watch: Watch,
 ) -> None:
-    """Relay messages both ways until either side closes; then close the other."""
+    """Relay messages both ways until either side closes, or `watch` ends (the user lost
+    access: it closed the client's side); then close the other."""
 
     async def inbound() -> None:
         while True:
@@ -346,7 +358,7 @@ async def relay(
                 await websocket.send_text(data)
 
     try:
-        await until_one_ends(inbound(), outbound())
+        await until_one_ends(inbound(), outbound(), watch())
     finally:
         with contextlib.suppress(Exception):
             await upstream.close()

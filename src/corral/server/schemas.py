@@ -1067,7 +1067,9 @@ class TokenInfoOut(BaseModel):
 
 
 class AuditOut(BaseModel):
-    """A write request: who (null for no valid token), when, what, from where, outcome."""
+    """A write request: who (null for no valid token), when, what, from where, outcome. Or
+    a session that entered (or tried to enter) a workload's task: method EXEC (exec,
+    shell) or FORWARD (port-forward), status 101 once it opened, with the fields below."""
 
     id: int
     at: float
@@ -1077,6 +1079,15 @@ class AuditOut(BaseModel):
     path: str
     address: str | None
     status: int
+    workload: str | None = Field(None, description="a session's workload; null for a write")
+    task: int | None = Field(None, description="a session's task")
+    command: list[str] | None = Field(None, description="an exec session's command")
+    ended_at: float | None = Field(None, description="when a session ended; null while open")
+    exit_code: int | None = Field(
+        None,
+        description="an exec session's exit code; null while it runs, and when it ended "
+        "otherwise (its client left, its user lost access)",
+    )
 
 
 class LogOut(BaseModel):

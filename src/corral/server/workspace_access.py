@@ -1,7 +1,9 @@
 """Who may reach a workload's ports, exec and shell, and where its task listens.
 
-Only admins and members of the workload's project get through (viewers read, but do not
-enter a project's processes). A request proves who it is with `Authorization: Bearer`
+Only the workload's owner, its project's project-admins and admins get through: the task
+runs as its owner's account, so whoever enters it acts as the owner, and the rule is the
+one of who may manage the workload (corral.server.deps.may_act_on). Viewers read, but do
+not enter a project's processes. A request proves who it is with `Authorization: Bearer`
 or with the dashboard's login cookie (HttpOnly, SameSite=Strict). The target is found in
 the store: the node's address and the number its agent gave the port, never localhost by
 assumption.
@@ -9,16 +11,26 @@ assumption.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.websockets import WebSocket
 
 from corral.model.spec import MAIN_PORT, PortSpec
+from corral.server.deps import ENTER, may_act_on, may_read
+from corral.server.errors import Forbidden
 from corral.store import NotFound, Store, UserRecord
 from corral.store.workspaces import Target
+
+log = logging.getLogger("corral.workspaces")
 
 # The dashboard's login cookie (corral.server.dashboard.routes sets it).
 COOKIE = "corral_token"
@@ -73,23 +85,68 @@ def same_origin(headers: Headers) -> bool:
     return origin is None or urlsplit(origin).netloc == headers.get("host")
 
 
-def may_enter(user: UserRecord, project: str) -> bool:
-    """Admins and members of `project` (either role) may enter its workloads' processes."""
+# How often an open session (exec, shell, port-forward, a WebSocket through the proxy)
+# checks that its user may still enter the workload. The check reads the token cache,
+# which a revocation or a change of users or memberships clears on this server.
+RECHECK_SECONDS = 1.0
+# The close code of a session whose user lost access (RFC 6455: policy violation), and
+# the longest reason a close frame carries.
+ACCESS_ENDED = 1008
+MAX_REASON = 123
+# What a session's bridge runs beside its streams: `while_allowed`, its arguments given.
+Watch = Callable[[], Coroutine[Any, Any, None]]
+
+
+async def while_allowed(
+    websocket: WebSocket, store: Store, token: str | None, target: Target
+) -> None:
+    """Return once the user of `token` may no longer enter `target`, having closed the
+    client's WebSocket with ACCESS_ENDED and why: the token was revoked or expired, the
+    user deleted, taken out of the project or no longer its project-admin. A session was
+    let in once; this keeps it from outliving the right to it (by RECHECK_SECONDS at most,
+    on this server)."""
+    while True:
+        await asyncio.sleep(RECHECK_SECONDS)
+        why = await _why_not(store, token, target)
+        if why is not None:
+            break
+    log.info("a session of %s ended: %s", target.workload, why)
+    reason = f"session ended: {why}".encode()[:MAX_REASON].decode("utf-8", "ignore")
+    with contextlib.suppress(Exception):
+        await websocket.close(ACCESS_ENDED, reason)
+
+
+async def _why_not(store: Store, token: str | None, target: Target) -> str | None:
+    """Why the user of `token` may not enter `target` now, or None. The user entered
+    already, so the workload's name is theirs to know: no 404 hides it here. An error of
+    the store is logged and decides nothing (the next check decides)."""
+    try:
+        user = await authenticate(store, token)
+        may_act_on(user, target.workload, target.project, target.user, ENTER)
+    except (Refused, Forbidden) as refused:
+        return str(refused)
+    except Exception:
+        log.exception("checking a session's access to %s failed", target.workload)
+    return None
+
+
+def lists_workspaces(user: UserRecord, project: str) -> bool:
+    """Admins and members of `project` (either role) see its workspaces listed; which of
+    them a user may enter is `check_access`'s."""
     return user.role == "admin" or project in user.projects
 
 
 def check_access(user: UserRecord, target: Target) -> None:
-    """Refused unless `user` may enter the workload; another project's workload is 404
-    with the answer of one that does not exist, so that names do not leak."""
-    if may_enter(user, target.project):
-        return
-    if user.reads_all:
-        raise Refused(
-            403,
-            f"{user.name} is a {user.role}; only members of {target.project} "
-            "may open its workloads",
-        )
-    raise Refused(404, f"workload {target.workload!r} not found")
+    """Refused unless `user` may enter the workload's task (its URLs, exec, shell,
+    port-forward): its owner, the project's project-admins and admins, by the rule of who
+    may manage it (403 for a teammate, with why). Another project's workload is 404 with
+    the answer of one that does not exist, so that names do not leak."""
+    if not may_read(user, target.project):
+        raise Refused(404, f"workload {target.workload!r} not found")
+    try:
+        may_act_on(user, target.workload, target.project, target.user, ENTER)
+    except Forbidden as refused:
+        raise Refused(403, str(refused)) from None
 
 
 # Where workloads' tasks run, read from the store at most every TARGET_TTL seconds per

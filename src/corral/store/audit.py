@@ -1,4 +1,5 @@
-"""The audit log: one row per write request the API answered, and its queries."""
+"""The audit log: one row per write request the API answered and per session that entered
+(or tried to enter) a workload's task, and its queries."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from corral.store.schema import AuditRow
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
     """A write request: who (None for no valid token), when, what (method, route template
-    and path), from which address, and the HTTP status it was answered with."""
+    and path), from which address, and the HTTP status it was answered with. A session
+    (method EXEC or FORWARD; status 101 once it opened) has the workload and task it
+    entered, its command (exec), and once over when it ended and the command's exit code
+    (None when it ended otherwise: its client left, its user lost access)."""
 
     at: float
     user: str | None
@@ -25,6 +29,11 @@ class AuditRecord:
     path: str
     address: str | None
     status: int
+    workload: str | None = None
+    task: int | None = None
+    command: tuple[str, ...] | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
     id: int | None = None
 
 
@@ -55,6 +64,33 @@ def add_audit(session: Session, records: Sequence[AuditRecord]) -> None:
         _AUDIT.insert(session.connection(), rows)
 
 
+def add_session(session: Session, record: AuditRecord) -> int:
+    """Insert a session's record (all of its fields, which `add_audit`'s rows of writes do
+    not have); its id, to complete it with `end_session`."""
+    row = AuditRow(
+        at=record.at,
+        user=record.user,
+        method=record.method,
+        route=record.route,
+        path=record.path,
+        address=record.address,
+        status=record.status,
+        workload=record.workload,
+        task=record.task,
+        command=list(record.command) if record.command is not None else None,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def end_session(session: Session, record_id: int, ended_at: float, exit_code: int | None) -> None:
+    """Complete a session's record with its end and its command's exit code."""
+    row = session.get(AuditRow, record_id)
+    if row is not None:
+        row.ended_at, row.exit_code = ended_at, exit_code
+
+
 def list_audit(session: Session, query: AuditQuery) -> list[AuditRecord]:
     """The newest `query.limit` records that pass the filters, oldest first."""
     statement = select(AuditRow).order_by(AuditRow.id.desc()).limit(query.limit)
@@ -82,5 +118,17 @@ def _outcome(outcome: str) -> list[Any]:
 
 def _record(row: AuditRow) -> AuditRecord:
     return AuditRecord(
-        row.at, row.user, row.method, row.route, row.path, row.address, row.status, row.id
+        row.at,
+        row.user,
+        row.method,
+        row.route,
+        row.path,
+        row.address,
+        row.status,
+        workload=row.workload,
+        task=row.task,
+        command=tuple(row.command) if row.command is not None else None,
+        ended_at=row.ended_at,
+        exit_code=row.exit_code,
+        id=row.id,
     )

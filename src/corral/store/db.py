@@ -641,6 +641,17 @@ class Store(Database):
         with self.adding() as session:
             audit.add_audit(session, records)
 
+    def add_session(self, record: AuditRecord) -> int:
+        """Write the audit record of a session (opened, or refused); its id, for
+        `end_session`."""
+        with self.adding() as session:
+            return audit.add_session(session, record)
+
+    def end_session(self, record_id: int, ended_at: float, exit_code: int | None) -> None:
+        """Complete a session's audit record with its end and its command's exit code."""
+        with self.write(relevant=False) as session:
+            audit.end_session(session, record_id, ended_at, exit_code)
+
     def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
         """Audit records that pass `query`'s filters, oldest first."""
         with self.read() as session:

@@ -345,8 +345,9 @@ class TokenRow(Base):
 
 
 class AuditRow(Base):
-    """One write request as the API answered it. The user is kept by name, so that the
-    record outlives the user."""
+    """One write request as the API answered it, or one session entering a workload's task
+    (exec, shell, port-forward: method EXEC or FORWARD, status 101 once it opened). The
+    user is kept by name, so that the record outlives the user."""
 
     __tablename__ = "audit"
     __table_args__ = (Index("ix_audit_at", "at"), Index("ix_audit_user_at", "user", "at"))
@@ -361,6 +362,15 @@ class AuditRow(Base):
     path: Mapped[str] = mapped_column(String(1024))
     address: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[int] = mapped_column(Integer)
+    # A session's (0019_sessions adds these five; NULL for a write request): the workload
+    # and task it entered, the command it ran (exec), when it ended and the command's exit
+    # code (NULL while it runs, and when it ended otherwise: its client left, its user
+    # lost access, the server stopped).
+    workload: Mapped[str | None] = mapped_column(String(NAME))
+    task: Mapped[int | None] = mapped_column(Integer)
+    command: Mapped[list[str] | None] = mapped_column(JSON)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
 
 
 class IdempotencyRow(Base):

@@ -11,7 +11,7 @@ from corral.server.deps import API, StoreDep, User, visible_workload
 from corral.server.errors import ERRORS
 from corral.server.routes import PrefixedRoute
 from corral.server.schemas import WorkspaceOut, WorkspacePortOut
-from corral.server.workspace_access import may_enter
+from corral.server.workspace_access import lists_workspaces
 from corral.store import Store, WorkloadRecord
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["workspaces"], route_class=PrefixedRoute)
@@ -54,13 +54,14 @@ def workspace_out(store: Store, record: WorkloadRecord, active: float | None) ->
 def list_workspaces(
     current: User, store: StoreDep, project: str | None = None
 ) -> list[WorkspaceOut]:
-    """Workloads that declare ports, of the projects the caller may enter, oldest first."""
+    """Workloads that declare ports, of the caller's projects (every project's for an
+    admin), oldest first."""
     found = [
         r
         for r in store.list_workloads(
             project, None, None, None if current.role == "admin" else current.projects
         )
-        if r.spec.ports and may_enter(current, r.spec.project)
+        if r.spec.ports and lists_workspaces(current, r.spec.project)
     ]
     active = store.active_at([r.spec.name for r in found])
     return [workspace_out(store, r, active.get(r.spec.name)) for r in found]

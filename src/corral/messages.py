@@ -63,6 +63,10 @@ class TaskLaunch:
     # workload directory: corral.model.spec.directory_name), NAME.ID: a later workload of
     # the same name never finds them. Left out (a server of before): the workload's name.
     directory: str = ""
+    # What the task asked for (its task group's request): CPU cores and memory in bytes,
+    # 0 when it gave none. The agent makes them the limits of the task's cgroup.
+    cpu: float = 0.0
+    memory: int = 0
 
     def __post_init__(self) -> None:
         if not self.directory:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral.agent.logcap import marker, read_kept
 from corral.model.spec import is_directory_name
 
 Key = tuple[str, int]  # (the name of its workload's directories, task)
@@ -102,12 +103,11 @@ class Outbox:
         for key, offset in list(self.offsets.items()):
             try:
                 with open(self.path_of(*key), "rb") as handle:
-                    handle.seek(offset)
-                    data = handle.read(CHUNK)
+                    dropped, data = read_kept(handle, offset, CHUNK)
             except OSError:
-                data = b""
+                dropped, data = 0, b""
             if data:
-                found.append((key[0], key[1], offset, data))
+                found.append((key[0], key[1], *_past(offset, dropped, data)))
             elif key in self.ended:
                 del self.offsets[key]
                 self.ended.discard(key)
@@ -209,6 +209,16 @@ class Inbox:
         while len(self._stored) > CACHED:
             self._stored.popitem(last=False)
         return stored
+
+
+def _past(offset: int, dropped: int, data: bytes) -> tuple[int, bytes]:
+    """A chunk found `dropped` bytes past `offset` (what the agent dropped beyond its log
+    cap, before it was shipped): it comes with a marker line in their place, at the end
+    of the gap, so that the node's offsets still only grow."""
+    line = marker(dropped)
+    if dropped < len(line):
+        return offset + dropped, data
+    return offset + dropped - len(line), line + data
 
 
 def _check(directory: str) -> None:

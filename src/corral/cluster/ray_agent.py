@@ -132,8 +132,9 @@ class _FencedAgent(Agent):
         log: Path,
         exit: Path,
         user: str | None = None,
+        walls: tuple[str, ...] = (),
     ) -> TaskProcess:
-        options = ("--lease", str(self.lease), "--fence", f"{self.fence_timeout:g}")
+        options = ("--lease", str(self.lease), "--fence", f"{self.fence_timeout:g}", *walls)
         return TaskProcess.spawn_detached(command, env, workdir, log, exit, options, user=user)
 
 

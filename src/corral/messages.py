@@ -123,6 +123,13 @@ class AgentSettings:
     server_absence: float = 600.0
     # How long a drain waits for a report before it answers with what runs.
     poll_interval: float = 1.0
+    # The walls of every task (corral.agent.walls.WallOptions): the most of its output
+    # kept on disk, the most processes it may have, and whether it gets a cgroup and a
+    # process namespace at all (on a root agent). A change of the first two reaches the
+    # tasks started after it.
+    log_cap: int = 1 << 30
+    task_pids: int = 4096
+    task_limits: bool = True
 
 
 class Reports(Protocol):

@@ -89,3 +89,25 @@ def test_a_node_ships_a_marker_for_what_it_dropped_before_shipping(tmp_path: Pat
     assert stored.startswith(b"[corral: ") and b"bytes of older output were dropped" in stored
     assert stored.endswith(b"line 00099999\n")
     assert len(stored) < CAP + CHUNK + 200
+
+
+def test_the_server_keeps_a_shipped_log_within_the_cap_too(tmp_path: Path) -> None:
+    """Under Ray the server stores what every node ships: it drops the oldest as the
+    agents do, and its index (offsets and sizes) is as it would be without."""
+    node = tmp_path / "node"
+    node.mkdir()
+    sender = Outbox(node / "offsets.json", lambda w, t: node / f"{w}-{t}.log")
+    receiver = Inbox(tmp_path / "server" / "logs", CAP)
+    sender.watch(("job.1", 0))
+    for start in range(0, 100_000, 5_000):
+        with open(node / "job.1-0.log", "ab") as handle:
+            handle.write(b"".join(f"line {n:08d}\n".encode() for n in range(start, start + 5_000)))
+        while chunks := sender.chunks():
+            sender.acknowledge({(w, t): receiver.take("a", w, t, o, d) for w, t, o, d in chunks})
+    stored = receiver.path("job.1", 0)
+    assert stored.stat().st_size == 100_000 * 14
+    assert stored.stat().st_blocks * 512 <= CAP + (1 << 20)  # one shipped chunk over at most
+    workload = WorkloadRecord(
+        1, WorkloadSpec("job", "p", "u", (TaskGroup(),)), "running", None, 1, 0.0, 0.0, None, ()
+    )
+    assert read_log(tmp_path / "server", workload, 0, 0, 1).text == "line 00099999\n"

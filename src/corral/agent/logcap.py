@@ -63,17 +63,33 @@ class CappedLog:
     def _drop(self) -> None:
         # The launcher's own lines reach the file too: the size comes from the file.
         self.size = os.fstat(self.fd).st_size
-        keep_from = (self.size - self.cap // 2) // BLOCK * BLOCK
-        try:
-            _punch(self.fd, keep_from)
-        except OSError as error:
-            if error.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                raise
+        kept_from = keep_newest(self.fd, self.size, self.cap)
+        if kept_from is None:
             self.full = True
             note = f"[corral: the log reached its cap of {self.cap} bytes: later output is dropped]"
             os.write(self.fd, f"{note}\n".encode())
             return
-        self.kept_from = keep_from
+        self.kept_from = kept_from
+
+
+def keep_newest(fd: int, size: int, cap: int) -> int | None:
+    """Drop the oldest output of the log `fd` of `size` bytes, keeping about half of `cap`
+    of the newest (from a block's start on); where it now begins, or None when this file
+    system cannot punch holes."""
+    kept_from = (size - cap // 2) // BLOCK * BLOCK
+    try:
+        _punch(fd, kept_from)
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+        return None
+    return kept_from
+
+
+def over_cap(fd: int, size: int, cap: int) -> bool:
+    """Whether the log `fd` of `size` bytes keeps more than `cap` of them on disk."""
+    start = _data_start(fd, 0)
+    return start is not None and size - start > cap
 
 
 def _punch(fd: int, length: int) -> None:

@@ -1,9 +1,7 @@
 """`corral up`: the server and an agent for this machine, in one command."""
 
-from __future__ import annotations
-
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -17,10 +15,8 @@ from corral.cli.ray_options import (
     ServerAbsence,
     ray_options,
 )
+from corral.cli.task_walls import LogCap, NoTaskLimits, TaskPids, wall_options
 from corral.cli.workspace_domain import WorkspaceDomain, use_workspace_domain
-
-if TYPE_CHECKING:
-    from corral.agent.walls import WallOptions
 
 
 def up_command(
@@ -82,30 +78,9 @@ def up_command(
     server_absence: ServerAbsence = 600.0,
     agent_dir: AgentDir = "~/.local/share/corral-agent",
     workspace_domain: WorkspaceDomain = None,
-    log_cap: Annotated[
-        str,
-        typer.Option(
-            "--log-cap",
-            help="The most of each task's output kept on disk; beyond it the oldest is "
-            "dropped, and a marker line says how much.",
-        ),
-    ] = "1GiB",
-    task_pids: Annotated[
-        int,
-        typer.Option(
-            "--task-pids",
-            min=16,
-            help="The most processes and threads a task may have at once (run as root).",
-        ),
-    ] = 4096,
-    no_task_limits: Annotated[
-        bool,
-        typer.Option(
-            "--no-task-limits",
-            help="Run tasks without their cgroup (memory, CPU, pids, devices) and process "
-            "namespace, as corral does when it is not root.",
-        ),
-    ] = False,
+    log_cap: LogCap = "1GiB",
+    task_pids: TaskPids = 4096,
+    no_task_limits: NoTaskLimits = False,
 ) -> None:
     """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
     With --ray, the server and an agent on every node of a Ray cluster."""
@@ -125,7 +100,7 @@ def up_command(
     except ValueError as error:
         typer.secho(f"--virtual-gpu-memory: {error}", fg="red", err=True)
         raise typer.Exit(EXIT_INVALID) from None
-    walls = wall_options(log_cap, task_pids, not no_task_limits)
+    walls = wall_options(log_cap, task_pids, no_task_limits)
     if ray is not None and virtual_gpus is not None:
         typer.secho(
             "--virtual-gpus does not apply with --ray: give Ray nodes a corral_virtual_gpus"
@@ -138,7 +113,7 @@ def up_command(
         use_workspace_domain(workspace_domain)
         check_server_environment()
         options = ray_options(
-            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence
+            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence, walls
         )
         try:
             if ray is None:
@@ -170,22 +145,3 @@ def refuse_planted_workloads_dir(workloads_dir: Path | None, data_dir: Path) -> 
     from corral.agent.planted import refuse_planted
 
     refuse_planted(workloads_dir or default_workloads_dir(data_dir), "--workloads-dir")
-
-
-def wall_options(log_cap: str, task_pids: int, limits: bool) -> WallOptions:
-    """The walls of this machine's tasks, from `--log-cap`, `--task-pids` and
-    `--no-task-limits`; a cap too small to hold a page of output is refused."""
-    from corral.agent.logcap import MIN_LOG_CAP
-    from corral.agent.walls import WallOptions
-    from corral.model import format_memory, parse_memory
-
-    try:
-        cap = parse_memory(log_cap)
-    except ValueError as error:
-        typer.secho(f"--log-cap: {error}", fg="red", err=True)
-        raise typer.Exit(EXIT_INVALID) from None
-    if cap < MIN_LOG_CAP:
-        least = format_memory(MIN_LOG_CAP)
-        typer.secho(f"--log-cap: {log_cap} is less than {least}", fg="red", err=True)
-        raise typer.Exit(EXIT_INVALID)
-    return WallOptions(cap, task_pids, limits)

@@ -41,6 +41,7 @@ from typing import Any
 
 from corral.agent import Agent, discover
 from corral.agent.process import TaskProcess
+from corral.agent.walls import WallOptions
 from corral.cluster.exec_relay import SessionRelay, open_relayed
 from corral.cluster.log_shipping import Outbox
 from corral.messages import AgentSettings, TaskLaunch, TaskStop
@@ -138,6 +139,10 @@ class _FencedAgent(Agent):
         return TaskProcess.spawn_detached(command, env, workdir, log, exit, options, user=user)
 
 
+def _walls(settings: AgentSettings) -> WallOptions:
+    return WallOptions(settings.log_cap, settings.task_pids, settings.task_limits)
+
+
 class NodeAgent:
     """The actor's body: one per Ray node, named after its node id, in namespace corral."""
 
@@ -183,6 +188,7 @@ class NodeAgent:
             devices=devices,
             workloads_dir=workloads,
             address=address,
+            walls=_walls(settings),
         )
         self.agent.lease = self.lease
         self.agent.fence_timeout = settings.fence_timeout
@@ -227,6 +233,7 @@ class NodeAgent:
         if settings.fence_timeout != self.settings.fence_timeout:
             self._write_lease(settings.fence_timeout)
             self.agent.fence_timeout = settings.fence_timeout
+        self.agent.walls.options = _walls(settings)
         log.info("node %s takes the server's settings: %s", self.name, settings)
         self.settings = settings
 

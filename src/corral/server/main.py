@@ -130,6 +130,8 @@ class RayOptions:
     agent_root: str = "~/.local/share/corral-agent"
     # Tasks of a node still in the cluster run on this long without a word from the server.
     server_absence: float = 600.0
+    # The walls of the tasks on every node (None: the defaults).
+    walls: WallOptions | None = None
 
 
 # How often the dispatcher looks for lost nodes (its reconcile interval).
@@ -142,6 +144,7 @@ FENCE_SLACK = 1.0 + 0.5 + 2.0
 def ray_cluster(data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
     """Connect to Ray and make the cluster of its nodes' agents; also the node timeout
     the dispatcher needs for a node to be lost within the loss timeout."""
+    from corral.agent.walls import WallOptions
     from corral.cluster.ray import RayCluster, connect
     from corral.messages import AgentSettings
 
@@ -156,10 +159,14 @@ def ray_cluster(data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
         )
 
     connect(options.address)
+    walls = options.walls or WallOptions()
     settings = AgentSettings(
         fence_timeout=options.fence_timeout,
         loss_timeout=options.loss_timeout,
         server_absence=options.server_absence,
+        log_cap=walls.log_cap,
+        task_pids=walls.pids,
+        task_limits=walls.limits,
     )
     cluster = RayCluster(
         data_dir,

@@ -16,11 +16,11 @@ import signal
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from corral.agent import reporting
 from corral.agent.cgroups import TaskCgroup, cleared
 from corral.agent.checkpoints import last_checkpoint
 from corral.agent.exec import ExecSession, Sessions, spawn
@@ -364,7 +364,7 @@ class Agent:
                 task.stop_reason, task.cause = why, FENCED
             if code != 0:
                 why = oom or why
-            return code, task.stop_reason or why or _exit_reason(code), task.cause
+            return code, task.stop_reason or why or reporting.exit_reason(code), task.cause
         if task.kill_at is not None and now >= task.kill_at:
             _kill(task)
         elif task.deadline is not None and now >= task.deadline and not task.stop_reason:
@@ -381,52 +381,12 @@ class Agent:
         reports = self.reports
         if reports is None:
             return
-        calls: list[tuple[str, Callable[[], None]]] = []
+        calls: list[reporting.Call] = []
         for task in started:
-            process = task.process
-            assert process is not None
-            launch = task.launch
-            calls.append(
-                (
-                    "task started",
-                    partial(
-                        reports.task_started,
-                        self.node,
-                        launch.workload,
-                        launch.task,
-                        process.pid,
-                        process.proc_start,
-                    ),
-                )
-            )
-            if task.ports:
-                calls.append(
-                    (
-                        "task ports",
-                        partial(
-                            reports.task_ports, self.node, launch.workload, launch.task, task.ports
-                        ),
-                    )
-                )
+            assert task.process is not None
+            calls += reporting.started(reports, self.node, task.launch, task.process, task.ports)
         for task, exit_code, reason, cause in ended:
-            launch = task.launch
-            calls.append(
-                (
-                    "task ended",
-                    partial(
-                        reports.task_ended,
-                        self.node,
-                        launch.workload,
-                        launch.task,
-                        exit_code,
-                        reason,
-                        launch.attempt,
-                        launch.launch,
-                        cause,
-                        launch.directory,
-                    ),
-                )
-            )
+            calls.append(reporting.ended(reports, self.node, task.launch, exit_code, reason, cause))
         beat = time.time() - self._last_heartbeat >= self.heartbeat_interval
         if beat:
             self._last_heartbeat = time.time()
@@ -625,15 +585,3 @@ def _shares(launch: TaskLaunch) -> list[tuple[int, float]]:
         return []
     share = launch.gpu / len(launch.devices) if launch.gpu > 0 else 1.0
     return [(device, share) for device in launch.devices]
-
-
-def _exit_reason(code: int) -> str:
-    if code == 0:
-        return "exited with code 0"
-    if code > 128:
-        try:
-            name = signal.Signals(code - 128).name
-        except ValueError:
-            name = f"signal {code - 128}"
-        return f"killed by {name}"
-    return f"exited with code {code}"

@@ -63,6 +63,10 @@ class TaskLaunch:
     # workload directory: corral.model.spec.directory_name), NAME.ID: a later workload of
     # the same name never finds them. Left out (a server of before): the workload's name.
     directory: str = ""
+    # What the task asked for (its task group's request): CPU cores and memory in bytes,
+    # 0 when it gave none. The agent makes them the limits of the task's cgroup.
+    cpu: float = 0.0
+    memory: int = 0
 
     def __post_init__(self) -> None:
         if not self.directory:
@@ -119,6 +123,13 @@ class AgentSettings:
     server_absence: float = 600.0
     # How long a drain waits for a report before it answers with what runs.
     poll_interval: float = 1.0
+    # The walls of every task (corral.agent.walls.WallOptions): the most of its output
+    # kept on disk, the most processes it may have, and whether it gets a cgroup and a
+    # process namespace at all (on a root agent). A change of the first two reaches the
+    # tasks started after it.
+    log_cap: int = 1 << 30
+    task_pids: int = 4096
+    task_limits: bool = True
 
 
 class Reports(Protocol):

@@ -22,8 +22,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,31 +35,12 @@ CORRAL = str(Path(sys.executable).with_name("corral"))
 PYTHON = sys.executable
 TERMINAL = ("succeeded", "failed")
 
-# A task's command: print which other tasks' processes of the same data directory
-# (launchers included) are alive on its own devices as it starts, then sleep argv[1] s.
+# A task's command: hold its devices for argv[1] seconds. Whose processes are on the same
+# devices meanwhile is seen from outside (`DeviceWatch`): as root, a task sees only its own
+# processes.
 DEVICE_CHECK = """
-import os, sys, time
-mine = set(os.environ["CUDA_VISIBLE_DEVICES"].split(","))
-root = os.path.dirname(os.path.dirname(os.environ["CORRAL_CHECKPOINT_DIR"])) + "/"
-me = os.environ["CORRAL_WORKLOAD"]
-others = []
-for entry in os.listdir("/proc"):
-    if not entry.isdigit():
-        continue
-    try:
-        stat = open(f"/proc/{entry}/stat").read()
-        raw = open(f"/proc/{entry}/environ", "rb").read().decode(errors="replace")
-    except OSError:
-        continue
-    if stat[stat.rindex(")") + 2] == "Z":
-        continue
-    env = dict(item.split("=", 1) for item in raw.split("\\0") if "=" in item)
-    if not env.get("CORRAL_CHECKPOINT_DIR", "").startswith(root):
-        continue
-    devices = set(env.get("CUDA_VISIBLE_DEVICES", "").split(","))
-    if env.get("CORRAL_WORKLOAD") != me and devices & mine:
-        others.append((int(entry), env["CORRAL_WORKLOAD"]))
-print("others on my devices:", others, flush=True)
+import sys, time
+print("holding my devices", flush=True)
 time.sleep(float(sys.argv[1]))
 print("check done", flush=True)
 """
@@ -152,6 +134,76 @@ def kill_everything_of(*folders: Path) -> list[int]:
     return left
 
 
+def task_commands(folder: Path) -> dict[tuple[str, int], list[tuple[int, set[str]]]]:
+    """The live processes of tasks whose checkpoints are under `folder` (a workloads
+    directory), by (workload, task): each with its devices. Read from outside the tasks,
+    which may each have a process namespace of their own."""
+    root = str(folder).rstrip("/") + "/"
+    found: dict[tuple[str, int], list[tuple[int, set[str]]]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or not running(int(entry)):
+            continue
+        items = _read(f"/proc/{entry}/environ").decode(errors="replace").split("\0")
+        env = dict(item.split("=", 1) for item in items if "=" in item)
+        if not env.get("CORRAL_CHECKPOINT_DIR", "").startswith(root):
+            continue
+        key = (env.get("CORRAL_WORKLOAD", ""), int(env.get("CORRAL_TASK_INDEX", "0")))
+        devices = {d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d}
+        found.setdefault(key, []).append((int(entry), devices))
+    return found
+
+
+class DeviceWatch:
+    """Which workloads had processes alive on one device at one moment: /proc sampled
+    from outside the tasks every 20 ms while the watch is open."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.together: set[frozenset[str]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DeviceWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def met(self, first: str, second: str) -> bool:
+        """Whether `first` and `second` ran on a device at once (so far)."""
+        return frozenset((first, second)) in self.together
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            alive = [
+                (workload, devices)
+                for (workload, _), processes in task_commands(self.folder).items()
+                for _, devices in processes
+            ]
+            for index, (workload, devices) in enumerate(alive):
+                for other, theirs in alive[index + 1 :]:
+                    if other != workload and devices & theirs:
+                        self.together.add(frozenset((workload, other)))
+
+
+def remove_cgroups(data_dir: Path) -> None:
+    """Kill what is left in the task cgroups of the agent of `data_dir`, and remove them:
+    a test that kills its agent leaves them behind."""
+    from corral.agent import cgroups
+
+    found = cgroups.find(cgroups.agent_key(data_dir)) if os.geteuid() == 0 else "not root"
+    if isinstance(found, str):
+        return
+    for task in found.tasks():
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda task=task: cgroups.cleared(task), 10, f"{task.name} to go")
+    for path in set(found.parents.values()):
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
 @dataclass(frozen=True)
 class Accounts:
     """Real Unix accounts made for the tests: alice (also in `group`) and bob."""
@@ -159,6 +211,27 @@ class Accounts:
     alice: str
     bob: str
     group: str
+
+
+@contextlib.contextmanager
+def open_folder(prefix: str, mode: int) -> Iterator[Path]:
+    """A fresh directory of `mode` under /tmp (pytest's own are 0700, which the accounts
+    tasks run as cannot enter), removed after."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(mode)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def team_members(up: CorralUp, accounts: Accounts) -> tuple[str, str]:
+    """A project `team` on `up` with two members, and their tokens: `alice` (mapped with
+    --unix-user) and bob (a corral user named like his account, so mapped by default)."""
+    up.queue("team", 2)
+    alice = up.post("/users", {"name": "alice", "project": "team", "unix_user": accounts.alice})
+    bob = up.post("/users", {"name": accounts.bob, "project": "team"})
+    return alice["token"], bob["token"]
 
 
 TASK_PID = re.compile(r"task (\d+) pid (\d+)")
@@ -181,6 +254,8 @@ class CorralUp:
     admin_unix_user: str | None = "root" if os.geteuid() == 0 else None
     # Extra variables for the server's environment (on top of this process's).
     env: dict[str, str] = field(default_factory=dict)
+    # Extra options of `corral up`.
+    args: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -207,6 +282,7 @@ class CorralUp:
         ]
         if self.admin_unix_user is not None:
             args += ["--admin-unix-user", self.admin_unix_user]
+        args += self.args
         with open(self.log, "ab") as handle:
             # Its own process group, so that teardown can kill it and nothing else.
             self.process = subprocess.Popen(
@@ -249,6 +325,7 @@ class CorralUp:
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
         left = kill_everything_of(self.data_dir, self.workloads_dir)
+        remove_cgroups(self.data_dir)
         shutil.rmtree(self.workloads_dir, ignore_errors=True)
         return left
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from livecorral import DEVICE_CHECK, PYTHON, Servers, wait_until
+from livecorral import DEVICE_CHECK, PYTHON, DeviceWatch, Servers, wait_until
 
 from corral.sdk import preemption
 
@@ -29,39 +29,39 @@ def test_reclaim_preempts_one_borrower_which_checkpoints_and_resumes(corral_up: 
     nodes = up.get("/nodes")
     assert nodes[0]["allocated_gpu"] == 2  # team-a borrows team-b's GPU
 
-    up.submit("b-job", "team-b", [PYTHON, "-c", DEVICE_CHECK, "5"], gpu=1)
+    with DeviceWatch(up.workloads_dir) as watch:
+        up.submit("b-job", "team-b", [PYTHON, "-c", DEVICE_CHECK, "5"], gpu=1)
 
-    # Exactly one team-a job is evicted, for b-job.
-    def evicted() -> list[str]:
-        return [n for n in ("a-train-1", "a-train-2") if up.events(n, "preempted")]
+        # Exactly one team-a job is evicted, for b-job.
+        def evicted() -> list[str]:
+            return [n for n in ("a-train-1", "a-train-2") if up.events(n, "preempted")]
 
-    [victim] = wait_until(evicted, 30, "a team-a job to be preempted")
-    survivor = "a-train-2" if victim == "a-train-1" else "a-train-1"
-    [event] = up.events(victim, "preempted")
-    assert event["reason"].startswith("preempted: ")
-    assert "b-job" in event["reason"]
-    record = up.workload(victim)
-    assert record["status"] == "pending", record
-    # (Its reason is the scheduler's current reason for waiting; the event keeps the why.)
-    assert record["reason"], record
+        [victim] = wait_until(evicted, 30, "a team-a job to be preempted")
+        survivor = "a-train-2" if victim == "a-train-1" else "a-train-1"
+        [event] = up.events(victim, "preempted")
+        assert event["reason"].startswith("preempted: ")
+        assert "b-job" in event["reason"]
+        record = up.workload(victim)
+        assert record["status"] == "pending", record
+        # (Its reason is the scheduler's current reason for waiting; the event keeps the why.)
+        assert record["reason"], record
 
-    # It got SIGTERM, saved a checkpoint and exited by itself (code 0, not SIGKILL's 137)
-    # well within its 10 s grace period.
-    log = up.wait_log(victim, "preempted at step", timeout=20)
-    step = int(re.search(r"preempted at step (\d+); checkpoint saved", log).group(1))  # type: ignore[union-attr]
-    assert 0 < step < STEPS
-    exit_file = up.data_dir / "run" / up.directory(victim) / "task-0.exit"
-    wait_until(exit_file.exists, 20, "the victim's exit code")
-    assert exit_file.read_text().strip() == "0"
-    checkpoints = up.workloads_dir / up.directory(victim) / "checkpoints"
-    saved = preemption.load_latest(checkpoints)
-    assert saved is not None and saved["step"] == step and saved["runs"] == 1
+        # It got SIGTERM, saved a checkpoint and exited by itself (code 0, not SIGKILL's 137)
+        # well within its 10 s grace period.
+        log = up.wait_log(victim, "preempted at step", timeout=20)
+        step = int(re.search(r"preempted at step (\d+); checkpoint saved", log).group(1))  # type: ignore[union-attr]
+        assert 0 < step < STEPS
+        exit_file = up.data_dir / "run" / up.directory(victim) / "task-0.exit"
+        wait_until(exit_file.exists, 20, "the victim's exit code")
+        assert exit_file.read_text().strip() == "0"
+        checkpoints = up.workloads_dir / up.directory(victim) / "checkpoints"
+        saved = preemption.load_latest(checkpoints)
+        assert saved is not None and saved["step"] == step and saved["runs"] == 1
 
-    # b-job runs, and found nothing else alive on its device when it started.
-    assert up.wait_status("b-job", timeout=30)["status"] == "succeeded"
-    b_log = up.log_text("b-job")
-    assert "others on my devices: []" in b_log, b_log
-    assert "check done" in b_log
+        # b-job runs, and nothing else was ever alive on its device beside it.
+        assert up.wait_status("b-job", timeout=30)["status"] == "succeeded"
+    assert "check done" in up.log_text("b-job")
+    assert not any("b-job" in pair for pair in watch.together), watch.together
 
     # The victim runs again once b-job is done, continuing from its checkpoint.
     done = up.wait_status(victim, timeout=90)

@@ -10,15 +10,15 @@ import signal
 import time
 from pathlib import Path
 
-from livecorral import PYTHON, Servers, running, wait_until
+from livecorral import PYTHON, Servers, running, task_commands, wait_until
 
 from corral.agent.process import alive, process_start
 
-# Prints its pid and group at start and a line at the end; waits argv[1] on the first
-# attempt and argv[2] on later ones: a number of seconds, or a file to appear.
+# Prints a line at start and at the end; waits argv[1] on the first attempt and argv[2]
+# on later ones: a number of seconds, or a file to appear.
 JOB = """
 import os, sys, time
-print("start pid", os.getpid(), "group", os.getpgrp(), flush=True)
+print("start pid", os.getpid(), flush=True)
 wait = sys.argv[1] if os.environ["CORRAL_ATTEMPT"] == "1" else sys.argv[2]
 if os.path.isabs(wait):
     deadline = time.time() + 300
@@ -50,9 +50,10 @@ def test_tasks_survive_a_kill_9_of_the_server_and_are_adopted(corral_up: Servers
             assert started is not None and alive(pid, started)
             launchers[(name, task)] = (pid, started)
     assert sorted(launchers) == sorted(tasks)
-    for (name, task), (pid, _) in launchers.items():
+    commands = task_commands(up.workloads_dir)
+    for key, (pid, _) in launchers.items():
         # The command runs in the group of the launcher whose pid the server recorded.
-        assert f"group {pid}\n" in up.log_text(name, task)
+        assert {os.getpgid(command) for command, _ in commands[key]} == {pid}
 
     up.kill9()
     for pid, started in launchers.values():

@@ -13,8 +13,6 @@ import os
 import pwd
 import re
 import secrets
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from livecorral import Accounts, CorralUp, wait_until
+from livecorral import Accounts, CorralUp, open_folder, team_members, wait_until
 
 SECRET = f"canary-{secrets.token_hex(8)}"
 
@@ -82,12 +80,7 @@ def cluster(unix_accounts: Accounts, tmp_path_factory: pytest.TempPathFactory) -
     )
     try:
         up.start()
-        up.queue("team", 2)
-        alice = up.post(
-            "/users", {"name": "alice", "project": "team", "unix_user": unix_accounts.alice}
-        )
-        bob = up.post("/users", {"name": unix_accounts.bob, "project": "team"})
-        yield Cluster(up, unix_accounts, alice["token"], bob["token"])
+        yield Cluster(up, unix_accounts, *team_members(up, unix_accounts))
     finally:
         up.close()
 
@@ -202,10 +195,8 @@ def test_the_admin_without_an_account_is_refused_on_a_root_agent(
 @pytest.fixture
 def open_dir() -> Iterator[Path]:
     """A directory every account may enter (pytest's own are 0700)."""
-    folder = Path(tempfile.mkdtemp(prefix="corral-trust-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    with open_folder("corral-trust-", 0o755) as folder:
+        yield folder
 
 
 def test_one_bad_workload_fails_alone(cluster: Cluster, open_dir: Path) -> None:

@@ -34,7 +34,8 @@ def main(records: str, stop_file: str) -> int:
     checkpoint = os.path.join(folder, f"rank-{rank}.json")
     step = _read(checkpoint).get("step", 0)
     name = os.environ["CORRAL_WORKLOAD"]
-    record = {"pid": os.getpid(), "rank": rank, "start": step, "checkpoint": step}
+    # Which run of the rank this is: its pid is its namespace's (docs/security.md).
+    record = {"run": os.urandom(8).hex(), "rank": rank, "start": step, "checkpoint": step}
     path = os.path.join(records, f"{name}-{rank}-{os.environ['CORRAL_ATTEMPT']}.json")
     _write(path, record)
     peers = _connect(rank, world)

@@ -29,7 +29,7 @@ if len(sys.argv) > 3 and os.environ["CORRAL_ATTEMPT"] != "1":
 keys = ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
         "CUDA_VISIBLE_DEVICES", "CORRAL_ATTEMPT", "CORRAL_CHECKPOINT_DIR"]
 seen = {k: os.environ.get(k) for k in keys}
-seen["pid"] = os.getpid()
+seen["run"] = os.urandom(8).hex()  # this process's run (a task's pid is its namespace's)
 seen["start"] = time.time()
 path = f"{records}/{os.environ['CORRAL_WORKLOAD']}-{seen['RANK']}-{seen['CORRAL_ATTEMPT']}"
 world = int(seen["WORLD_SIZE"])
@@ -198,7 +198,7 @@ def test_a_deleted_workloads_logs_go_everywhere_and_its_name_starts_empty(
 def test_restarted_server_adopts_every_task(ray_server: RayServer) -> None:
     gang(ray_server, "adopted", 3, 12)
     wait_until(lambda: len(ray_server.events("adopted", "task-started")) == 3, 30, "3 starts")
-    before = {r["RANK"]: r["pid"] for r in wait_records(ray_server, "adopted", 3).values()}
+    before = {r["RANK"]: r["run"] for r in wait_records(ray_server, "adopted", 3).values()}
     ray_server.kill9()
     ray_server.start()
     done = ray_server.wait_status("adopted", timeout=60)
@@ -206,7 +206,7 @@ def test_restarted_server_adopts_every_task(ray_server: RayServer) -> None:
     assert done["attempts"] == 1
     assert len(ray_server.events("adopted", "task-started")) == 3, "a task started twice"
     after = seen(ray_server, "adopted")
-    assert {r["RANK"]: r["pid"] for r in after.values()} == before
+    assert {r["RANK"]: r["run"] for r in after.values()} == before
     assert all("end" in record for record in after.values())
 
 

@@ -3,7 +3,9 @@
 A task is started only when the devices it was given are free on this node: a victim of
 preemption may still be checkpointing on them during its grace period, and the task that
 replaces it waits until it has gone. Stopping is SIGTERM to the task's process group, a
-grace period, then SIGKILL.
+grace period, then SIGKILL to its process group and its cgroup (corral.agent.walls). A
+task has gone, and its devices are free, once its launcher has ended and nothing is left
+in its cgroup: what it left behind is killed then.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import signal
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from corral.agent import reporting
+from corral.agent.cgroups import TaskCgroup, cleared
 from corral.agent.checkpoints import last_checkpoint
 from corral.agent.exec import ExecSession, Sessions, spawn
 from corral.agent.identity import (
@@ -38,6 +41,7 @@ from corral.agent.process import TaskProcess
 from corral.agent.strays import Stray, find_strays
 from corral.agent.strays import stop as stop_stray
 from corral.agent.telemetry import Holder, Sampler, interval_from_env
+from corral.agent.walls import WallOptions, Walls, out_of_memory
 from corral.messages import FENCED, STOPPED, Reports, TaskLaunch, TaskStop
 from corral.model.spec import Device
 
@@ -60,6 +64,8 @@ class _Task:
     failure: str | None = None
     # The numbers of its declared ports on this node, reported once it has started.
     ports: dict[str, int] = field(default_factory=dict)
+    # Its cgroup (None: limits are off); it has gone once this is empty.
+    cgroup: TaskCgroup | None = None
 
 
 class Agent:
@@ -77,6 +83,7 @@ class Agent:
         workloads_dir: Path | None = None,
         run_as_submitter: bool | None = None,
         address: str = "127.0.0.1",
+        walls: WallOptions | Walls | None = None,
     ) -> None:
         self.node = node
         # Where tasks listen for the server's proxy (the node's address in the store).
@@ -100,9 +107,13 @@ class Agent:
         # Telemetry of the node's devices (none without devices: nothing to sample).
         interval = sample_interval if sample_interval is not None else interval_from_env()
         self.sampler = Sampler(node, devices, interval) if devices else None
+        # Each task's cgroup, process namespace and log cap (see corral.agent.walls).
+        self.walls = walls if isinstance(walls, Walls) else Walls(data_dir, devices, walls)
         # Launchers of this data directory that run from before this agent, by pid: the
         # store adopts them, or they are stopped (see corral.agent.strays).
-        self._strays: dict[int, Stray] = find_strays(self.data_dir / "run")
+        self._strays: dict[int, Stray] = find_strays(self.data_dir / "run", self.walls.hierarchy)
+        # Cgroups of tasks whose launchers have ended, where something was left behind.
+        self._leftovers = self.walls.leftovers(s.cgroup for s in self._strays.values())
         # Deleted workloads, by the name of their directories, whose files go once none of
         # their tasks runs here (`forget`); and the latest of them, whose launches (sent
         # before the deletion, delivered after it) start nothing.
@@ -161,6 +172,7 @@ class Agent:
         task.process = TaskProcess.adopt(
             pid, proc_start, self.exit_path(launch.directory, launch.task)
         )
+        task.cgroup = self.walls.cgroup(launch)
         if launch.max_runtime is not None:
             # Counted from when the process started, not from the adoption.
             task.deadline = task.process.started_at + launch.max_runtime
@@ -212,7 +224,7 @@ class Agent:
                     task.stop_reason, task.cause = reason, FENCED
                     killed += 1
                 task.kill_at = time.time()
-                task.process.signal(signal.SIGKILL)
+                _kill(task)
             for stray in self._strays.values():
                 stray.signal(signal.SIGKILL)
         if killed:
@@ -271,10 +283,11 @@ class Agent:
                 except Exception as error:
                     log.exception("cannot handle %s/%s", task.launch.workload, task.launch.task)
                     outcome = (None, f"the agent could not handle it: {error}", None)
-                    if task.process is not None:
-                        # Given up on: it must not hold its devices unseen.
-                        with contextlib.suppress(Exception):
-                            task.process.signal(signal.SIGKILL)
+                    # Given up on: it must not hold its devices unseen.
+                    with contextlib.suppress(Exception):
+                        _kill(task)
+                    if task.cgroup is not None:
+                        self._leftovers.append(task.cgroup)
                 if outcome is not None:
                     del self._tasks[key]
                     ended.append((task, *outcome))
@@ -303,6 +316,9 @@ class Agent:
         write their exit file), and every task with devices (None) while a stray whose
         devices are unknown lives."""
         waiting: set[tuple[str, int] | None] = set()
+        self._leftovers = [left for left in self._leftovers if not cleared(left)]
+        if self._leftovers:
+            waiting.add(None)  # what they hold is not known
         for pid, stray in list(self._strays.items()):
             if not stray.alive():
                 log.info("task %s/%s found running (pid %d) has ended", *stray.key, pid)
@@ -338,13 +354,19 @@ class Agent:
             return None
         outcome = process.ended()
         if outcome is not None:
+            # Read before the cgroup goes.
+            oom = out_of_memory(task.cgroup) if task.cgroup is not None else None
+            if not cleared(task.cgroup):
+                return None  # what it left behind dies first
             code, why = outcome
             if why is not None and why.startswith(FENCE_REASON) and task.cause is None:
                 # Its launcher fenced it: the lease was not renewed in time.
                 task.stop_reason, task.cause = why, FENCED
-            return code, task.stop_reason or why or _exit_reason(code), task.cause
+            if code != 0:
+                why = oom or why
+            return code, task.stop_reason or why or reporting.exit_reason(code), task.cause
         if task.kill_at is not None and now >= task.kill_at:
-            process.signal(signal.SIGKILL)
+            _kill(task)
         elif task.deadline is not None and now >= task.deadline and not task.stop_reason:
             task.stop_reason = "exceeded its maximum runtime"
             task.kill_at = now + task.launch.grace
@@ -359,52 +381,12 @@ class Agent:
         reports = self.reports
         if reports is None:
             return
-        calls: list[tuple[str, Callable[[], None]]] = []
+        calls: list[reporting.Call] = []
         for task in started:
-            process = task.process
-            assert process is not None
-            launch = task.launch
-            calls.append(
-                (
-                    "task started",
-                    partial(
-                        reports.task_started,
-                        self.node,
-                        launch.workload,
-                        launch.task,
-                        process.pid,
-                        process.proc_start,
-                    ),
-                )
-            )
-            if task.ports:
-                calls.append(
-                    (
-                        "task ports",
-                        partial(
-                            reports.task_ports, self.node, launch.workload, launch.task, task.ports
-                        ),
-                    )
-                )
+            assert task.process is not None
+            calls += reporting.started(reports, self.node, task.launch, task.process, task.ports)
         for task, exit_code, reason, cause in ended:
-            launch = task.launch
-            calls.append(
-                (
-                    "task ended",
-                    partial(
-                        reports.task_ended,
-                        self.node,
-                        launch.workload,
-                        launch.task,
-                        exit_code,
-                        reason,
-                        launch.attempt,
-                        launch.launch,
-                        cause,
-                        launch.directory,
-                    ),
-                )
-            )
+            calls.append(reporting.ended(reports, self.node, task.launch, exit_code, reason, cause))
         beat = time.time() - self._last_heartbeat >= self.heartbeat_interval
         if beat:
             self._last_heartbeat = time.time()
@@ -487,6 +469,9 @@ class Agent:
             if launch.ports:
                 task.ports = allocate(launch.ports, self.address)
                 variables.update(port_variables(launch.workload, self.address, task.ports))
+            task.cgroup = self.walls.cgroup(launch)
+            if task.cgroup is not None:
+                task.cgroup.create(self.walls.limits(launch))
             task.process = self.spawn_process(
                 list(launch.command),
                 task_environment(variables, identity),
@@ -495,11 +480,15 @@ class Agent:
                 self.log_path(launch.directory, launch.task),
                 self.exit_path(launch.directory, launch.task),
                 user=identity.name if self.run_as_submitter else None,
+                walls=self.walls.launcher_options(task.cgroup),
             )
         except Exception as error:
             # Whatever it is (a launcher that cannot start, a value the kernel refuses),
             # it is this task's failure, not the agent's.
             log.warning("cannot start %s/%s: %s", launch.workload, launch.task, error)
+            if task.cgroup is not None:
+                with contextlib.suppress(OSError):
+                    task.cgroup.remove()
             detail = error.strerror if isinstance(error, OSError) and error.strerror else error
             return f"could not start: {detail}"
         if launch.max_runtime is not None:
@@ -525,9 +514,11 @@ class Agent:
         log: Path,
         exit: Path,
         user: str | None = None,
+        walls: tuple[str, ...] = (),
     ) -> TaskProcess:
-        """Start one task's process group (agents under Ray start it detached and fenced)."""
-        return TaskProcess.spawn(command, env, workdir, log, exit, user=user)
+        """Start one task's process group (agents under Ray start it detached and fenced);
+        `walls` are the launcher's options that build its walls."""
+        return TaskProcess.spawn(command, env, workdir, log, exit, user, walls)
 
     def run(self) -> None:
         while not self._stop.is_set():
@@ -577,6 +568,15 @@ class Agent:
             self._thread.join(timeout=5)
         if self.sampler is not None:
             self.sampler.close()
+        self.walls.close()
+
+
+def _kill(task: _Task) -> None:
+    """SIGKILL its process group and everything in its cgroup."""
+    if task.process is not None:
+        task.process.signal(signal.SIGKILL)
+    if task.cgroup is not None:
+        task.cgroup.kill()
 
 
 def _shares(launch: TaskLaunch) -> list[tuple[int, float]]:
@@ -585,15 +585,3 @@ def _shares(launch: TaskLaunch) -> list[tuple[int, float]]:
         return []
     share = launch.gpu / len(launch.devices) if launch.gpu > 0 else 1.0
     return [(device, share) for device in launch.devices]
-
-
-def _exit_reason(code: int) -> str:
-    if code == 0:
-        return "exited with code 0"
-    if code > 128:
-        try:
-            name = signal.Signals(code - 128).name
-        except ValueError:
-            name = f"signal {code - 128}"
-        return f"killed by {name}"
-    return f"exited with code {code}"

@@ -1,5 +1,6 @@
 """The small parent of every task process:
-`python -I -m corral.agent.launch --exit-file F [--user U] [--workdir D] -- CMD`.
+`python -I -m corral.agent.launch --exit-file F [--user U] [--workdir D] [--cgroup DIRS]
+[--namespace pid] [--log-cap BYTES] -- CMD`.
 
 It runs the command in its own process group (which the agent created), ignores the
 SIGTERM that the agent sends to the whole group (the command gets it too and decides how
@@ -15,41 +16,60 @@ one, it does not start the command). The launcher's own environment is the agent
 minimal one: nothing of the task's (such as LD_PRELOAD or PYTHONPATH) reaches a process
 that keeps root.
 
-Two options serve agents that run under Ray (`corral.cluster.ray`): `--detach PIDFILE`
-makes the launcher leave its parent's process tree (a Ray worker kills its own children
-when its raylet dies, while the task would live on), and `--lease FILE --fence SECONDS`
-makes it kill its own process group when the agent has not renewed FILE for SECONDS, so
-that a node cut off from the cluster never runs a task that was started again elsewhere.
-The agent may write another number of seconds into FILE (the server's current fence
-timeout): it counts from then on, for tasks that run already too.
+The walls between tasks (docs/security.md): before anything else it enters the task's
+cgroup (`--cgroup`, its directories joined by ":"), so that the command and all it
+starts are in it from their first instruction; with `--namespace pid` the command runs
+in a process namespace of its own, below an init that is this launcher's child
+(corral.agent.namespaces); with `--log-cap` the command writes into a pipe that the
+launcher copies into the log, keeping at most that many bytes (corral.agent.logcap).
+Under Ray it also detaches and fences itself (corral.agent.supervise).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 from corral.agent.identity import identity_of
+from corral.agent.logcap import CappedLog
+from corral.agent.supervise import FENCE_REASON, FENCED, detach, lease_of, supervise
 
 NOT_FOUND = 127
 CANNOT_RUN = 126
-FENCED = 137
-# How the reason of a fenced task begins (the agent reports its end as fenced).
-FENCE_REASON = "fenced"
+__all__ = ["CANNOT_RUN", "FENCED", "FENCE_REASON", "NOT_FOUND", "main", "write_exit"]
 # The signals by which the agent (or a person at a terminal) asks a task to stop.
 STOPS = (signal.SIGTERM, signal.SIGINT)
-OPTIONS = {"--exit-file", "--user", "--workdir", "--detach", "--lease", "--fence"}
+OPTIONS = {
+    "--exit-file",
+    "--user",
+    "--workdir",
+    "--detach",
+    "--lease",
+    "--fence",
+    "--cgroup",
+    "--namespace",
+    "--log-cap",
+}
 USAGE = (
     "usage: python -I -m corral.agent.launch --exit-file FILE [--user NAME] [--workdir DIR]"
+    " [--cgroup DIR[:DIR...]] [--namespace pid] [--log-cap BYTES]"
     " [--detach PIDFILE] [--lease FILE --fence SECONDS]"
     " -- COMMAND [ARGS...]  (the command's environment as JSON on standard input)"
 )
+
+
+class Refused(Exception):
+    """The command does not start; its exit code and why are in the exit file already."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def write_exit(path: str, code: int, reason: str = "") -> None:
@@ -83,8 +103,11 @@ def _options(argv: list[str]) -> tuple[dict[str, str], list[str]] | None:
         return None
     if ("--lease" in options) != ("--fence" in options):
         return None
+    if options.get("--namespace", "pid") != "pid":
+        return None
     try:
         float(options.get("--fence", "0"))
+        int(options.get("--log-cap", "0"))
     except ValueError:
         return None
     return options, command
@@ -133,10 +156,104 @@ def _environment(given: str) -> dict[str, str]:
     return env
 
 
-def _fail(exit_file: str, code: int, reason: str) -> int:
-    print(f"corral: {reason}", file=sys.stderr)
+def _fail(exit_file: str, code: int, reason: str) -> Refused:
+    print(f"corral: {reason}", file=sys.stderr, flush=True)
     write_exit(exit_file, code, reason)
-    return code
+    return Refused(code)
+
+
+def _enter_cgroup(exit_file: str, directories: str | None) -> None:
+    """Move this process into the task's cgroup, in every hierarchy: what it starts from
+    now on is born there."""
+    for directory in directories.split(":") if directories else []:
+        try:
+            if not os.path.isabs(directory):
+                raise OSError(0, "not an absolute path")
+            with open(os.path.join(directory, "cgroup.procs"), "w") as handle:
+                handle.write(f"{os.getpid()}\n")
+        except OSError as error:
+            reason = f"cannot enter its cgroup {directory}: {error.strerror}"
+            raise _fail(exit_file, CANNOT_RUN, reason) from None
+
+
+def _start(
+    command: list[str],
+    env: dict[str, str],
+    settings: dict[str, Any],
+    exit_file: str,
+    who: str,
+    workdir: str | None,
+) -> subprocess.Popen[bytes]:
+    """Start the command (stops are blocked meanwhile: see `_pass_on_stops`)."""
+    try:
+        # The child gets default signal handling back, so SIGTERM reaches user code.
+        return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, **settings)
+    except OSError as error:
+        code = NOT_FOUND if isinstance(error, FileNotFoundError) else CANNOT_RUN
+        raise _fail(exit_file, code, f"cannot start {command[0]!r}: {error.strerror}") from None
+    except ValueError as error:
+        # A NUL byte or a bad variable name the agent let through.
+        raise _fail(exit_file, CANNOT_RUN, f"cannot start {command[0]!r}: {error}") from None
+    except subprocess.SubprocessError:
+        where = f"the working directory {workdir!r}"
+        raise _fail(exit_file, CANNOT_RUN, f"cannot enter {where} as {who}") from None
+
+
+def _pass_on_stops(child: int) -> None:
+    """From now on `child` gets the group's signals itself; this process ignores them
+    (which drops those waiting, blocked while the child was started) and passes on those
+    that came meanwhile: at least once, since one sent just after the fork reaches the
+    child twice."""
+    waiting = signal.sigpending() & set(STOPS)
+    for number in STOPS:
+        signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+    for number in sorted(waiting):
+        os.kill(child, number)
+
+
+def _init(start: Callable[[], subprocess.Popen[bytes]], exit_file: str) -> int:
+    """Process 1 of the task's process namespace: a /proc of its own, the command, and
+    every orphan of the namespace reaped until the command ends (with it ends the
+    namespace, and whatever still runs in it)."""
+    from corral.agent.namespaces import private_proc
+
+    try:
+        private_proc()
+    except OSError as error:
+        raise _fail(exit_file, CANNOT_RUN, f"cannot mount its own /proc: {error}") from None
+    command = start()
+    _pass_on_stops(command.pid)
+    while True:
+        found, status = os.waitpid(-1, 0)
+        if found == command.pid:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
+
+
+def _in_namespace(
+    start: Callable[[], subprocess.Popen[bytes]], exit_file: str, source: int | None
+) -> int:
+    """Start the task's init (`_init`) in a new process namespace; its pid, here. The init
+    has no use for `source`, the launcher's end of the output pipe."""
+    from corral.agent.namespaces import CLONE_NEWPID, unshare
+
+    try:
+        unshare(CLONE_NEWPID)
+    except OSError as error:
+        raise _fail(exit_file, CANNOT_RUN, f"cannot make its process namespace: {error}") from None
+    pid = os.fork()
+    if pid == 0:
+        code = CANNOT_RUN
+        if source is not None:
+            os.close(source)
+        try:
+            code = _init(start, exit_file)
+        except Refused as refused:
+            code = refused.code
+        finally:
+            os._exit(code)
+    return pid
 
 
 def main(argv: list[str]) -> int:
@@ -146,10 +263,18 @@ def main(argv: list[str]) -> int:
         return 2
     options, command = parsed
     exit_file = options["--exit-file"]
+    try:
+        return _run(options, command, exit_file)
+    except Refused as refused:
+        return refused.code
+
+
+def _run(options: dict[str, str], command: list[str], exit_file: str) -> int:
     user, workdir = options.get("--user"), options.get("--workdir")
-    lease = _lease(options)
+    _enter_cgroup(exit_file, options.get("--cgroup"))
+    lease = lease_of(options)
     if "--detach" in options:
-        _detach(options["--detach"])
+        detach(options["--detach"])
     # A stop the agent sends the group before the command exists is the command's: it is
     # remembered until then, not ignored (the agent would not send it again).
     asked: list[int] = []
@@ -159,100 +284,55 @@ def main(argv: list[str]) -> int:
         env = _environment(sys.stdin.read())
         settings = _as_account(user, workdir)
     except (ValueError, LookupError) as error:
-        return _fail(exit_file, CANNOT_RUN, f"cannot prepare the task: {error}")
+        raise _fail(exit_file, CANNOT_RUN, f"cannot prepare the task: {error}") from None
+    output = _pipe(settings, int(options.get("--log-cap", "0")))
     # While the command is started, a stop waits (blocked): sent after the fork, it
     # reaches the command too; sent before, only this process, which passes it on.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     if asked:
-        code = 128 + asked[0]
-        return _fail(exit_file, code, "stopped before its command started")
-    try:
-        # The child gets default signal handling back, so SIGTERM reaches user code.
-        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, **settings)
-    except OSError as error:
-        code = NOT_FOUND if isinstance(error, FileNotFoundError) else CANNOT_RUN
-        return _fail(exit_file, code, f"cannot start {command[0]!r}: {error.strerror}")
-    except ValueError as error:
-        # A NUL byte or a bad variable name the agent let through.
-        return _fail(exit_file, CANNOT_RUN, f"cannot start {command[0]!r}: {error}")
-    except subprocess.SubprocessError:
-        where = f"the working directory {workdir!r}"
-        return _fail(exit_file, CANNOT_RUN, f"cannot enter {where} as {user or 'the agent user'}")
-    waiting = signal.sigpending() & set(STOPS)
-    # From now on the command gets the group's signals itself; this process ignores them
-    # (which drops those waiting) and outlives the command to record how it ended.
-    for number in STOPS:
-        signal.signal(number, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-    for number in sorted(waiting):
-        # At least once: one sent just after the fork reaches the command twice.
-        child.send_signal(number)
-    code = child.wait() if lease is None else _wait_fenced(child, exit_file, *lease)
+        raise _fail(exit_file, 128 + asked[0], "stopped before its command started")
+    who = user or "the agent user"
+
+    def start() -> subprocess.Popen[bytes]:
+        return _start(command, env, settings, exit_file, who, workdir)
+
+    # Kept until the end: a Popen collected earlier reaps its child as it goes.
+    process: subprocess.Popen[bytes] | None = None
+    if options.get("--namespace") == "pid":
+        child = _in_namespace(start, exit_file, output[0] if output else None)
+    else:
+        process = start()
+        child = process.pid
+    if output is not None:
+        os.close(settings["stdout"])
+    _pass_on_stops(child)
+    _spared_by_oom_killer()
+    code = supervise(child, output, lease, lambda why: write_exit(exit_file, FENCED, why))
     # A child killed by signal N reports -N; shells report 128 + N, and so do we.
     code = 128 - code if code < 0 else code
-    write_exit(exit_file, code)
+    if not os.path.exists(exit_file):
+        # The task's init wrote it already when the command could not start.
+        write_exit(exit_file, code)
     return code
 
 
-# -- under Ray: detaching and fencing ------------------------------------------------------
+def _spared_by_oom_killer() -> None:
+    """Over its memory limit, the kernel kills a process of the task, never its launcher
+    (which counts against the limit too), so that the end is recorded. Set after the
+    command started: it would inherit it."""
+    if os.geteuid() == 0:
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("-1000\n")
 
 
-def _lease(options: dict[str, str]) -> tuple[str, float] | None:
-    """The lease file and fence timeout of `--lease FILE --fence SECONDS`, if given."""
-    fence = float(options.get("--fence", "0"))
-    lease_file = options.get("--lease")
-    return (lease_file, fence) if lease_file and fence > 0 else None
-
-
-def _detach(pid_file: str) -> None:
-    """Fork; the child goes on in a session of its own and the parent, once the child's
-    pid is in `pid_file`, exits. The launcher is then nobody's child but init's."""
-    ready_read, ready_write = os.pipe()
-    pid = os.fork()
-    if pid > 0:
-        os.close(ready_write)
-        os.read(ready_read, 1)  # the child's process group exists: it can be signalled
-        temporary = f"{pid_file}.tmp"
-        with open(temporary, "w") as handle:
-            handle.write(f"{pid}\n")
-        os.replace(temporary, pid_file)
-        os._exit(0)
-    os.close(ready_read)
-    os.setsid()
-    os.write(ready_write, b"1")
-    os.close(ready_write)
-
-
-def _wait_fenced(child: subprocess.Popen[bytes], exit_file: str, lease: str, fence: float) -> int:
-    """Wait for the child; kill the whole process group, this launcher included, when the
-    lease has not been renewed for the fence timeout (`fence`, or the number in the lease
-    file when the agent wrote one)."""
-    while True:
-        try:
-            return child.wait(timeout=0.5)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            age = time.time() - os.stat(lease).st_mtime
-        except OSError:
-            age = float("inf")
-        fence = _lease_timeout(lease, fence)
-        if age > fence:
-            reason = f"{FENCE_REASON}: its node was cut off from the cluster for {fence:g} s"
-            print(f"corral: {reason}", file=sys.stderr, flush=True)
-            write_exit(exit_file, FENCED, reason)
-            os.killpg(os.getpgid(0), signal.SIGKILL)
-
-
-def _lease_timeout(lease: str, fence: float) -> float:
-    """The fence timeout the agent wrote into the lease file; `fence` when it wrote none
-    (or nothing sensible)."""
-    try:
-        with open(lease) as handle:
-            written = float(handle.read(32).strip() or "nan")
-    except (OSError, ValueError):
-        return fence
-    return written if 0 < written < 86_400 else fence
+def _pipe(settings: dict[str, Any], cap: int) -> tuple[int, CappedLog] | None:
+    """With a cap, the command writes into a pipe this launcher copies into the log (its
+    own standard output); the read end and the log, for `supervise`."""
+    if cap <= 0:
+        return None
+    source, sink = os.pipe()
+    settings["stdout"] = settings["stderr"] = sink
+    return source, CappedLog(sys.stdout.fileno(), cap)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ SIGTERM) and a task spawned just before a crash whose start was never recorded. 
 would ever stop either. The agent finds them in /proc, by their launcher's exit file in
 its own data directory, and holds them as strays: the reconciler stops those the store
 does not bind, the agent stops those whose task is started again under another launch,
-and a stray's devices count as held until it has gone.
+and a stray's devices count as held until it has gone: its launcher, and every process
+of its cgroup (`--cgroup` in the launcher's arguments), which is killed once the
+launcher has ended.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.agent.cgroups import Hierarchy, TaskCgroup, cleared
 from corral.agent.process import alive, process_start
 from corral.model.spec import workload_of_directory
 
@@ -48,18 +51,24 @@ class Stray:
     kill_at: float | None = None
     reason: str | None = None
     directory: str = ""
+    cgroup: TaskCgroup | None = None
 
     @property
     def key(self) -> tuple[str, int]:
         return self.workload, self.task
 
     def alive(self) -> bool:
-        return alive(self.pid, self.proc_start)
+        """Whether anything of it runs: its launcher, or what is left in its cgroup (which
+        is killed then)."""
+        return alive(self.pid, self.proc_start) or not cleared(self.cgroup)
 
     def signal(self, number: int) -> None:
-        """Signal its whole process group; a group that has gone already is fine."""
+        """Signal its whole process group (a group that has gone already is fine), and
+        for SIGKILL its whole cgroup."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, number)
+        if number == signal.SIGKILL and self.cgroup is not None:
+            self.cgroup.kill()
 
 
 def _arguments(pid: int) -> list[bytes] | None:
@@ -69,20 +78,25 @@ def _arguments(pid: int) -> list[bytes] | None:
         return None
 
 
+def _option(arguments: list[bytes], name: bytes) -> str | None:
+    """A launcher's option: among its own options, before "--"; the task's command after
+    it may say anything (a task could name another's exit file in its arguments)."""
+    options = arguments[: arguments.index(b"--")] if b"--" in arguments else arguments
+    if name not in options:
+        return None
+    at = options.index(name) + 1
+    return os.fsdecode(options[at]) if at < len(options) else None
+
+
 def _task_of(arguments: list[bytes], run_dir: Path) -> tuple[str, int] | None:
     """The (directory name, task) of a launcher whose exit file lies in `run_dir`, else
     None."""
-    if LAUNCHER not in arguments or b"--exit-file" not in arguments:
+    if LAUNCHER not in arguments:
         return None
-    # The launcher's own options come before "--"; the task's command after it may say
-    # anything (a task could name another's exit file in its arguments).
-    options = arguments[: arguments.index(b"--")] if b"--" in arguments else arguments
-    if b"--exit-file" not in options:
+    exit_file = _option(arguments, b"--exit-file")
+    if exit_file is None:
         return None
-    at = options.index(b"--exit-file") + 1
-    if at >= len(options):
-        return None
-    path = Path(os.fsdecode(options[at]))
+    path = Path(exit_file)
     matched = EXIT_FILE.match(path.name)
     if matched is None or path.parent.parent.resolve() != run_dir:
         return None
@@ -118,13 +132,15 @@ def _launcher_like(pid: int) -> bool:
         return False
 
 
-def find_strays(run_dir: Path) -> dict[int, Stray]:
+def find_strays(run_dir: Path, hierarchy: Hierarchy | None = None) -> dict[int, Stray]:
     """The launchers alive now whose exit file is `run_dir/DIRECTORY/task-N.exit`, by pid
     (a task may have two: one of an earlier launch), with the devices their commands hold
     (a hostile command may rewrite its environment; it gains nothing but a quicker start
-    for whoever is given its devices, since it is stopped anyway)."""
+    for whoever is given its devices, since it is stopped anyway) and their cgroups in
+    `hierarchy`."""
     run_dir = run_dir.resolve()
     launchers: dict[int, tuple[str, int]] = {}
+    cgroups: dict[int, TaskCgroup | None] = {}
     others: list[int] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -140,12 +156,16 @@ def find_strays(run_dir: Path) -> dict[int, Stray]:
             others.append(pid)
         elif _launcher_like(pid):
             launchers[pid] = key
+            given = _option(arguments, b"--cgroup")
+            if hierarchy is not None and given:
+                cgroups[pid] = hierarchy.owned(given.split(":"))
     strays: dict[int, Stray] = {}
     for pid, (directory, task) in launchers.items():
         started = process_start(pid)
         if started is not None and alive(pid, started):
             workload = workload_of_directory(directory)
-            strays[pid] = Stray(workload, task, pid, started, directory=directory)
+            cgroup = cgroups.get(pid)
+            strays[pid] = Stray(workload, task, pid, started, directory=directory, cgroup=cgroup)
     for pid in others:
         try:
             group = os.getpgid(pid)

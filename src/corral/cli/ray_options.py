@@ -11,6 +11,7 @@ import typer
 from corral.cli.common import CliError
 
 if TYPE_CHECKING:
+    from corral.agent.walls import WallOptions
     from corral.server.main import RayOptions
 
 RAY_HINT = "pip install 'corral[ray]'"
@@ -71,6 +72,7 @@ def ray_options(
     fence_timeout: float,
     agent_dir: str,
     server_absence: float,
+    walls: WallOptions | None = None,
 ) -> RayOptions | None:
     """The server's RayOptions, or None without --ray; Ray must be installed for --ray."""
     from corral.server.main import RayOptions
@@ -80,5 +82,5 @@ def ray_options(
     if importlib.util.find_spec("ray") is None:
         raise CliError(f"--ray needs Ray, which is not installed: {RAY_HINT}")
     return RayOptions(
-        address, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence
+        address, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence, walls
     )

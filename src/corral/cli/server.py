@@ -15,6 +15,7 @@ from corral.cli.ray_options import (
     ServerAbsence,
     ray_options,
 )
+from corral.cli.task_walls import LogCap, NoTaskLimits, TaskPids, wall_options
 from corral.cli.workspace_domain import WorkspaceDomain, use_workspace_domain
 
 
@@ -60,6 +61,9 @@ def server_command(
             show_default=False,
         ),
     ] = None,
+    log_cap: LogCap = "1GiB",
+    task_pids: TaskPids = 4096,
+    no_task_limits: NoTaskLimits = False,
 ) -> None:
     """Run the server: the REST API and the scheduler loop; with --ray, also an agent on
     every node of a Ray cluster (no agent otherwise)."""
@@ -71,8 +75,9 @@ def server_command(
             raise CliError("--checkpoint-root needs --ray: corral server alone runs no task")
         use_workspace_domain(workspace_domain)
         check_server_environment()
+        walls = wall_options(log_cap, task_pids, no_task_limits)
         options = ray_options(
-            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence
+            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence, walls
         )
         try:
             serve(

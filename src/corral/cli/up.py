@@ -15,6 +15,7 @@ from corral.cli.ray_options import (
     ServerAbsence,
     ray_options,
 )
+from corral.cli.task_walls import LogCap, NoTaskLimits, TaskPids, wall_options
 from corral.cli.workspace_domain import WorkspaceDomain, use_workspace_domain
 
 
@@ -77,6 +78,9 @@ def up_command(
     server_absence: ServerAbsence = 600.0,
     agent_dir: AgentDir = "~/.local/share/corral-agent",
     workspace_domain: WorkspaceDomain = None,
+    log_cap: LogCap = "1GiB",
+    task_pids: TaskPids = 4096,
+    no_task_limits: NoTaskLimits = False,
 ) -> None:
     """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
     With --ray, the server and an agent on every node of a Ray cluster."""
@@ -96,6 +100,7 @@ def up_command(
     except ValueError as error:
         typer.secho(f"--virtual-gpu-memory: {error}", fg="red", err=True)
         raise typer.Exit(EXIT_INVALID) from None
+    walls = wall_options(log_cap, task_pids, no_task_limits)
     if ray is not None and virtual_gpus is not None:
         typer.secho(
             "--virtual-gpus does not apply with --ray: give Ray nodes a corral_virtual_gpus"
@@ -108,7 +113,7 @@ def up_command(
         use_workspace_domain(workspace_domain)
         check_server_environment()
         options = ray_options(
-            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence
+            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence, walls
         )
         try:
             if ray is None:
@@ -126,6 +131,7 @@ def up_command(
                 workloads_dir or checkpoint_root,
                 admin_unix_user,
                 options,
+                walls,
             )
         except (PortBusy, Planted) as error:
             raise CliError(str(error)) from None

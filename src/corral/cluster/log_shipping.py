@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral.agent.logcap import keep_newest, marker, over_cap, read_kept
 from corral.model.spec import is_directory_name
 
 Key = tuple[str, int]  # (the name of its workload's directories, task)
@@ -102,12 +103,11 @@ class Outbox:
         for key, offset in list(self.offsets.items()):
             try:
                 with open(self.path_of(*key), "rb") as handle:
-                    handle.seek(offset)
-                    data = handle.read(CHUNK)
+                    dropped, data = read_kept(handle, offset, CHUNK)
             except OSError:
-                data = b""
+                dropped, data = 0, b""
             if data:
-                found.append((key[0], key[1], offset, data))
+                found.append((key[0], key[1], *_past(offset, dropped, data)))
             elif key in self.ended:
                 del self.offsets[key]
                 self.ended.discard(key)
@@ -134,8 +134,10 @@ class _Stored:
 class Inbox:
     """The server's side: task logs under `root` (DATA_DIR/logs), stored exactly once."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cap: int | None = None) -> None:
+        """`cap`: the most of a task's log kept (corral.agent.logcap), None: all of it."""
         self.root = root
+        self.cap = cap
         self._stored: OrderedDict[Key, _Stored] = OrderedDict()
         # Deleted workloads, by the name of their directories: what still comes of their
         # logs (sent before their agent forgot them) is dropped.
@@ -175,7 +177,11 @@ class Inbox:
             handle.seek(stored.size)
             handle.write(data)
             handle.truncate()
-        stored.size += len(data)
+            handle.flush()
+            stored.size += len(data)
+            # Past the cap, as on the node: the oldest goes, and every offset stays.
+            if self.cap is not None and over_cap(descriptor, stored.size, self.cap):
+                keep_newest(descriptor, stored.size, self.cap)
         if offset is not None:
             stored.nodes[node] = end
         with open(self._index(key), "a") as index:
@@ -209,6 +215,16 @@ class Inbox:
         while len(self._stored) > CACHED:
             self._stored.popitem(last=False)
         return stored
+
+
+def _past(offset: int, dropped: int, data: bytes) -> tuple[int, bytes]:
+    """A chunk found `dropped` bytes past `offset` (what the agent dropped beyond its log
+    cap, before it was shipped): it comes with a marker line in their place, at the end
+    of the gap, so that the node's offsets still only grow."""
+    line = marker(dropped)
+    if dropped < len(line):
+        return offset + dropped, data
+    return offset + dropped - len(line), line + data
 
 
 def _check(directory: str) -> None:

@@ -198,7 +198,7 @@ class RayCluster:
         self.poll_interval = self.settings.poll_interval
         self.checkpoint_root = checkpoint_root
         self.reports: Reports | None = None
-        self._inbox = Inbox(log_dir / "logs")
+        self._inbox = Inbox(log_dir / "logs", self.settings.log_cap)
         # Reports were handed on since the last round: written before any receipt goes.
         self._unwritten = False
         self._actor: Any = ray.remote(NodeAgent)

@@ -41,6 +41,7 @@ from typing import Any
 
 from corral.agent import Agent, discover
 from corral.agent.process import TaskProcess
+from corral.agent.walls import WallOptions
 from corral.cluster.exec_relay import SessionRelay, open_relayed
 from corral.cluster.log_shipping import Outbox
 from corral.messages import AgentSettings, TaskLaunch, TaskStop
@@ -132,9 +133,14 @@ class _FencedAgent(Agent):
         log: Path,
         exit: Path,
         user: str | None = None,
+        walls: tuple[str, ...] = (),
     ) -> TaskProcess:
-        options = ("--lease", str(self.lease), "--fence", f"{self.fence_timeout:g}")
+        options = ("--lease", str(self.lease), "--fence", f"{self.fence_timeout:g}", *walls)
         return TaskProcess.spawn_detached(command, env, workdir, log, exit, options, user=user)
+
+
+def _walls(settings: AgentSettings) -> WallOptions:
+    return WallOptions(settings.log_cap, settings.task_pids, settings.task_limits)
 
 
 class NodeAgent:
@@ -182,6 +188,7 @@ class NodeAgent:
             devices=devices,
             workloads_dir=workloads,
             address=address,
+            walls=_walls(settings),
         )
         self.agent.lease = self.lease
         self.agent.fence_timeout = settings.fence_timeout
@@ -226,6 +233,7 @@ class NodeAgent:
         if settings.fence_timeout != self.settings.fence_timeout:
             self._write_lease(settings.fence_timeout)
             self.agent.fence_timeout = settings.fence_timeout
+        self.agent.walls.options = _walls(settings)
         log.info("node %s takes the server's settings: %s", self.name, settings)
         self.settings = settings
 

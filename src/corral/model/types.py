@@ -165,6 +165,16 @@ class TaskGroup:
         return self.gpu
 
 
+def group_of(groups: tuple[TaskGroup, ...], task: int) -> TaskGroup:
+    """The group of `groups` that task number `task` belongs to (tasks are numbered
+    0..n-1 in task-group order); IndexError past the last."""
+    for group in groups:
+        if task < group.replicas:
+            return group
+        task -= group.replicas
+    raise IndexError(task)
+
+
 @dataclass(frozen=True, slots=True)
 class Topology:
     """Keep a workload's tasks within one domain of a node label (for example a rack)."""
@@ -239,11 +249,7 @@ class Workload:
 
     def task_group_of(self, task: int) -> TaskGroup:
         """The task group that task number `task` belongs to."""
-        for group in self.task_groups:
-            if task < group.replicas:
-                return group
-            task -= group.replicas
-        raise IndexError(task)
+        return group_of(self.task_groups, task)
 
     def tasks(self) -> list[TaskGroup]:
         """One entry per task, in task order."""

@@ -24,6 +24,7 @@ from corral.messages import TaskLaunch, TaskStop
 from corral.model import DEFAULT_GRACE_PERIOD
 from corral.model.spec import NodeSpec
 from corral.model.telemetry import Sample
+from corral.model.types import group_of
 from corral.server.accounts import unix_users
 from corral.server.reports import ReportWriter
 from corral.store import NotFound, Store
@@ -95,6 +96,7 @@ def launches(
         if spec.array is not None:
             env["CORRAL_ARRAY_NAME"] = spec.array.name
             env["CORRAL_ARRAY_INDEX"] = str(spec.array.index)
+        group = group_of(spec.task_groups, state.task)
         if 0 < state.gpu < 1:
             env["CORRAL_GPU_FRACTION"] = f"{state.gpu:g}"
             env["CORRAL_GPU_MEMORY_LIMIT"] = str(int(state.gpu * state.device_memory))
@@ -121,6 +123,8 @@ def launches(
                 ports=tuple(port.name for port in spec.ports),
                 decided_at=decided_at,
                 directory=work.workload.directory,
+                cpu=group.cpu,
+                memory=group.memory,
             )
         )
     return result

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from corral.agent.logcap import marker, read_kept
 from corral.server.schemas import LogOut
 from corral.store.records import WorkloadRecord
 
@@ -31,15 +32,16 @@ def read_log(
     with open(path, "rb") as handle:
         if tail is not None:
             start = max(size - LOG_CHUNK, 0)
-            handle.seek(start)
-            lines = handle.read().splitlines(keepends=True)
+            dropped, data = read_kept(handle, start, LOG_CHUNK)
+            lines = data.splitlines(keepends=True)
             data = b"".join(lines[-tail:])
             end = size
         else:
             start = min(offset, size)
-            handle.seek(start)
-            data = handle.read(LOG_CHUNK)
-            end = start + len(data)
+            dropped, data = read_kept(handle, start, LOG_CHUNK)
+            end = start + dropped + len(data)
+            # Output the agent dropped to keep the log within its cap (corral.agent.logcap).
+            data = marker(dropped) + data if dropped else data
     return LogOut(
         workload=name, task=task, text=data.decode("utf-8", "replace"), offset=end, tasks=tasks
     )

@@ -23,6 +23,7 @@ from corral.store.secrets import load_key
 
 if TYPE_CHECKING:
     from corral.agent import Agent
+    from corral.agent.walls import WallOptions
     from corral.cluster import Cluster
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "corral"
@@ -129,6 +130,8 @@ class RayOptions:
     agent_root: str = "~/.local/share/corral-agent"
     # Tasks of a node still in the cluster run on this long without a word from the server.
     server_absence: float = 600.0
+    # The walls of the tasks on every node (None: the defaults).
+    walls: WallOptions | None = None
 
 
 # How often the dispatcher looks for lost nodes (its reconcile interval).
@@ -141,6 +144,7 @@ FENCE_SLACK = 1.0 + 0.5 + 2.0
 def ray_cluster(data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
     """Connect to Ray and make the cluster of its nodes' agents; also the node timeout
     the dispatcher needs for a node to be lost within the loss timeout."""
+    from corral.agent.walls import WallOptions
     from corral.cluster.ray import RayCluster, connect
     from corral.messages import AgentSettings
 
@@ -155,10 +159,14 @@ def ray_cluster(data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
         )
 
     connect(options.address)
+    walls = options.walls or WallOptions()
     settings = AgentSettings(
         fence_timeout=options.fence_timeout,
         loss_timeout=options.loss_timeout,
         server_absence=options.server_absence,
+        log_cap=walls.log_cap,
+        task_pids=walls.pids,
+        task_limits=walls.limits,
     )
     cluster = RayCluster(
         data_dir,
@@ -263,9 +271,11 @@ def up(
     workloads_dir: Path | None = None,
     admin_unix_user: str | None = None,
     ray: RayOptions | None = None,
+    walls: WallOptions | None = None,
 ) -> None:
     """The server and an agent for this machine, in one process; with `ray`, the server
-    and an agent on every node of the Ray cluster (this machine's among them)."""
+    and an agent on every node of the Ray cluster (this machine's among them). `walls`:
+    the limits of this machine's tasks (corral.agent.walls)."""
     from corral.agent import Agent, discover
     from corral.cluster.local import LocalCluster
     from corral.server.app import create_app
@@ -307,7 +317,7 @@ def up(
         replace_existing=True,
     )
     # The agent samples its devices every CORRAL_SAMPLE_INTERVAL seconds (5 by default).
-    agent = Agent(name, data_dir, devices=found.devices, workloads_dir=workloads_dir)
+    agent = Agent(name, data_dir, devices=found.devices, workloads_dir=workloads_dir, walls=walls)
     cluster = LocalCluster([agent])
     app = create_app(store, cluster=cluster, data_dir=data_dir, scheduler_process=True)
     print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
@@ -315,7 +325,7 @@ def up(
     for device in found.devices:
         kind = "virtual" if device.virtual else "NVML"
         print(f"  GPU {device.index}: {device.model}, {format_memory(device.memory)} ({kind})")
-    for line in identity_lines(agent, store):
+    for line in identity_lines(agent, store) + agent.walls.describe():
         print(line, flush=True)
     print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
     show_first_token(token, data_dir)

@@ -198,15 +198,32 @@ def node_loss(job: Job, runs: int) -> dict[str, Any]:
     }
 
 
+def task_processes(workload: str) -> set[int]:
+    """The pids of the workload's task processes on this machine, seen from outside (a
+    task's own pid is its namespace's), launchers not counted."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            mine = f"CORRAL_WORKLOAD={workload}".encode() in environ
+            if mine and b"ranks.py" in cmdline and b"corral.agent.launch" not in cmdline:
+                found.add(int(entry))
+    return found
+
+
 def server_restart(job: Job, absence: float) -> dict[str, Any]:
     job.submit_ranks("restart")
     before = job.progressing("restart", 1)
+    processes = task_processes("restart")
     job.restart(after=absence)
     # A restarted server declares no node lost within a loss timeout of its start.
     time.sleep(15)
     after = job.records("restart", 1)
-    changed = sum(after.get(rank, {}).get("pid") != before[rank]["pid"] for rank in (0, 1))
-    stopped = sum(not Path(f"/proc/{r['pid']}").exists() for r in before.values())
+    changed = sum(after.get(rank, {}).get("run") != before[rank]["run"] for rank in (0, 1))
+    stopped = len(processes - task_processes("restart"))
     kinds = [e["kind"] for e in job.server.get("/workloads/restart/events")]
     fenced = max(changed, stopped, kinds.count("requeued") + kinds.count("retrying"))
     done = job.finish("restart")

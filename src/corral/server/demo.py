@@ -168,6 +168,16 @@ class Demo:
             30,
             "team-a's jobs to run",
         )
+        # Training, with their handler of preemption in place (a loaded machine takes
+        # seconds to start Python): a job stopped before has nothing to checkpoint.
+        self._wait(
+            lambda: all(
+                "starting from scratch" in api.get(f"/workloads/a-train-{i}/logs").json()["text"]
+                for i in range(1, 5)
+            ),
+            60,
+            "team-a's jobs to start training",
+        )
         self._show_allocation()
         self._pause(3)
 

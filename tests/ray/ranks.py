@@ -6,9 +6,9 @@ to CORRAL_CHECKPOINT_DIR every 10 steps and resumes from there.
 
     python ranks.py RECORDS STOP_FILE
 
-Each (rank, attempt) keeps RECORDS/<workload>-<rank>-<attempt>.json up to date: its pid,
-the step it resumed from, the last step it checkpointed. When STOP_FILE exists, rank 0
-tells the others, and every rank exits 0.
+Each (rank, attempt) keeps RECORDS/<workload>-<rank>-<attempt>.json up to date: its run,
+the step it resumed from, the last step it checkpointed and the one it is checkpointing.
+When STOP_FILE exists, rank 0 tells the others, and every rank exits 0.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ def main(records: str, stop_file: str) -> int:
             break
         step += 1
         if step % 10 == 0:
+            # A rank killed between the two writes resumes at either step: the record
+            # names both, the one being written and the last one written.
+            record["checkpointing"] = step
+            _write(path, record)
             _write(checkpoint, {"step": step})
             record["checkpoint"] = step
             _write(path, record)

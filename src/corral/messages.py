@@ -130,6 +130,9 @@ class AgentSettings:
     log_cap: int = 1 << 30
     task_pids: int = 4096
     task_limits: bool = True
+    # The addresses the server connects from (its host's): the one place outside a node
+    # from where the ports given to its tasks answer (corral.agent.portwall).
+    server_addresses: tuple[str, ...] = ()
 
 
 class Reports(Protocol):

@@ -31,6 +31,8 @@ from typing import Any
 
 import httpx
 
+from walls_support import remove_walls as remove_walls
+
 CORRAL = str(Path(sys.executable).with_name("corral"))
 PYTHON = sys.executable
 TERMINAL = ("succeeded", "failed")
@@ -188,22 +190,6 @@ class DeviceWatch:
                         self.together.add(frozenset((workload, other)))
 
 
-def remove_cgroups(data_dir: Path) -> None:
-    """Kill what is left in the task cgroups of the agent of `data_dir`, and remove them:
-    a test that kills its agent leaves them behind."""
-    from corral.agent import cgroups
-
-    found = cgroups.find(cgroups.agent_key(data_dir)) if os.geteuid() == 0 else "not root"
-    if isinstance(found, str):
-        return
-    for task in found.tasks():
-        with contextlib.suppress(AssertionError):
-            wait_until(lambda task=task: cgroups.cleared(task), 10, f"{task.name} to go")
-    for path in set(found.parents.values()):
-        with contextlib.suppress(OSError):
-            path.rmdir()
-
-
 @dataclass(frozen=True)
 class Accounts:
     """Real Unix accounts made for the tests: alice (also in `group`) and bob."""
@@ -325,7 +311,7 @@ class CorralUp:
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
         left = kill_everything_of(self.data_dir, self.workloads_dir)
-        remove_cgroups(self.data_dir)
+        remove_walls(self.data_dir)
         shutil.rmtree(self.workloads_dir, ignore_errors=True)
         return left
 

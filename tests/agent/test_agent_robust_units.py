@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from livecorral import remove_cgroups, running, wait_until
+from livecorral import remove_walls, running, wait_until
 
 from corral.agent import Agent
 from corral.agent.telemetry import read_declaration
@@ -101,7 +101,7 @@ def agent(tmp_path: Path) -> Iterator[tuple[Agent, Recorder]]:
     for pid in recorder.started.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-    remove_cgroups(tmp_path / "data")
+    remove_walls(tmp_path / "data")
     shutil.rmtree(workloads, ignore_errors=True)
 
 

@@ -9,6 +9,7 @@ The limits are made small so that each attack ends in seconds: `--task-pids 64`,
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 import time
 from collections.abc import Iterator
@@ -27,6 +28,8 @@ from livecorral import (
     wait_until,
 )
 
+from walls_support import walled
+
 PIDS = 64
 CAP = 1 << 20
 
@@ -37,13 +40,16 @@ class Cluster:
     alice: str  # tokens
     bob: str
 
-    def submit(self, token: str, name: str, command: list[str], **task: Any) -> Any:
+    def submit(
+        self, token: str, name: str, command: list[str], ports: tuple[str, ...] = (), **task: Any
+    ) -> Any:
         body = {
             "name": name,
             "project": "team",
             "tasks": [{"gpu": 0, **task}],
             "command": command,
             "grace_period": 2,
+            "ports": [{"name": port} for port in ports],
         }
         with httpx.Client(
             base_url=f"{self.up.url}/api/v1",
@@ -246,3 +252,81 @@ def test_a_task_can_open_only_its_own_gpus(cluster: Cluster, shared: Path) -> No
     mine = f"nvidia{lines['mine']}"
     other = "nvidia1" if mine == "nvidia0" else "nvidia0"
     assert lines[mine] == "ENXIO" and lines[other] == "EPERM", lines
+
+
+# An attacker's task: every socket that listens on the node as the account `uid`, found as
+# anyone on the node finds it (/proc/net/tcp names the owner), and knocked on.
+KNOCK = """
+import socket, sys
+uid, found = sys.argv[1], 0
+for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+    for line in open(table).read().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] != "0A" or fields[7] != uid:  # listening, and the account's
+            continue
+        address, port = fields[1].split(":")
+        raw = bytes.fromhex(address)  # each 32-bit word in the machine's byte order
+        raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+        host = socket.inet_ntop(family, raw)
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+        for target in {host, "127.0.0.1" if family == socket.AF_INET else "::1"}:
+            found += 1
+            try:
+                socket.create_connection((target, int(port, 16)), timeout=5).close()
+                print("open", target, int(port, 16), flush=True)
+            except OSError as error:
+                print("refused", target, int(port, 16), error, flush=True)
+print("knocked", found, flush=True)
+"""
+SERVE = 'exec /usr/bin/python3 -m http.server --bind "$CORRAL_HOST" "$CORRAL_PORT"'
+
+
+def knock(cluster: Cluster, token: str, name: str, uid: int) -> list[str]:
+    cluster.submit(token, name, ["python3", "-c", KNOCK, str(uid)])
+    assert cluster.up.wait_status(name, timeout=60)["status"] == "succeeded"
+    lines = cluster.up.log_text(name).splitlines()
+    assert lines and lines[-1].startswith("knocked "), lines
+    return lines[:-1]
+
+
+def test_a_tasks_port_answers_its_own_account_and_corral_only(
+    cluster: Cluster, unix_accounts: Accounts
+) -> None:
+    """bob's workspace listens on a port of the node. alice's task finds it in
+    /proc/net/tcp and connects: refused, at the address it listens on and at loopback.
+    bob's own task gets in, and so do bob and admins through the proxy. (Before, alice got
+    in, and with a notebook ran code as bob.)"""
+    from corral.agent import portwall
+
+    missing = portwall.available()
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must wall ports: {missing}")
+        pytest.skip(f"ports cannot be walled here: {missing}")
+    up = cluster.up
+    assert "the ports a task is given answer only its own account and corral" in (
+        up.log.read_text()
+    )
+    bob = pwd.getpwnam(unix_accounts.bob).pw_uid
+    cluster.submit(cluster.bob, "bob-web", ["sh", "-c", SERVE], ports=("main",))
+    wait_until(lambda: proxied(up, cluster.bob, "/w/bob-web/") == 200, 30, "bob-web to serve")
+    tried = knock(cluster, cluster.alice, "alice-knocks", bob)
+    assert tried and all(line.startswith("refused") for line in tried), tried
+    assert all("Connection refused" in line for line in tried), tried
+    own = knock(cluster, cluster.bob, "bob-knocks", bob)
+    assert own and all(line.startswith("open") for line in own), own
+    assert proxied(up, cluster.bob, "/w/bob-web/") == 200
+    assert proxied(up, up.token, "/w/bob-web/") == 200
+    assert len(walled(up.data_dir, up.directory("bob-web"))) == 1
+    cluster.cancel(cluster.bob, "bob-web")
+    up.wait_status("bob-web", "failed", "succeeded", "cancelled", timeout=30)
+    # Its wall goes with its process: the port is walled again only for the next task
+    # given it.
+    directory = up.directory("bob-web")
+    wait_until(lambda: walled(up.data_dir, directory) == [], 30, "bob-web's wall to go")
+
+
+def proxied(up: CorralUp, token: str, path: str) -> int:
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=up.url, headers=headers, trust_env=False) as http:
+        return http.get(path, timeout=30).status_code

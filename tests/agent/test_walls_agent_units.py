@@ -141,8 +141,8 @@ def test_a_stray_started_again_waits_until_what_it_left_is_gone(
 
 
 def test_without_root_limits_are_off_and_say_so(folders: tuple[Path, Path]) -> None:
-    """An agent that is not root (a laptop) runs tasks as before, their log capped, and
-    says why they have no limits."""
+    """An agent that is not root (a laptop) runs tasks as before, their log capped, their
+    ports open, and says why they have no limits."""
     data, _ = folders
     os.seteuid(65534)  # nobody, for as long as the agent looks at what it may do
     try:
@@ -152,7 +152,9 @@ def test_without_root_limits_are_off_and_say_so(folders: tuple[Path, Path]) -> N
     assert walls.hierarchy is None and not walls.namespace
     [line] = walls.describe()
     assert line.startswith("limits are off: corral does not run as root; tasks have no "), line
-    assert "each task sees every process of the machine; task logs keep their last 1GiB" in line
+    assert "each task sees every process of the machine; the ports a task is given answer " in line
+    assert "every process (corral does not run as root); task logs keep their last 1GiB" in line
+    assert walls.ports is None
     assert walls.launcher_options(None) == ("--log-cap", str(1 << 30))
     off = Walls(data, (), WallOptions(limits=False))
     assert off.describe()[0].startswith("limits are off: turned off (--no-task-limits);")

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from walls_support import remove_walls
+
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
@@ -127,7 +129,8 @@ def _processes_of(data_dir: Path) -> list[int]:
 
 
 def kill_all(process: subprocess.Popen[bytes], data_dir: Path) -> None:
-    """Kill the server's process group, then every task process group it started."""
+    """Kill the server's process group, then every task process group it started, and
+    remove the walls its agent left."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -142,6 +145,7 @@ def kill_all(process: subprocess.Popen[bytes], data_dir: Path) -> None:
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(AssertionError):
         wait_until(lambda: not _processes_of(data_dir), 10, "task processes to end")
+    remove_walls(data_dir)
 
 
 @dataclass

@@ -27,7 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "agent"))
 
-from livecorral import CORRAL, CorralUp, running
+from livecorral import CORRAL, CorralUp, remove_walls, running
 from livecorral import free_port as free_port  # for the fixtures
 from livecorral import kill_everything_of as kill_everything_of
 
@@ -220,3 +220,6 @@ def stop_server(server: RayServer, nodes: RayNodes, root: Path) -> None:
         server.process.wait(timeout=30)
     nodes.kill_agents(server.namespace)
     kill_everything_of(root)
+    # Each node's agent keeps its walls under its own folder's name.
+    for folder in server.agent_dir.glob("*") if server.agent_dir.is_dir() else ():
+        remove_walls(folder)

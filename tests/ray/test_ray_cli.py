@@ -19,7 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from livecorral import PYTHON, free_port, kill_everything_of, processes_of, running, wait_until
+from livecorral import (
+    PYTHON,
+    free_port,
+    kill_everything_of,
+    processes_of,
+    remove_walls,
+    running,
+    wait_until,
+)
 from raycorral import RayServer, require_ray
 
 require_ray()
@@ -129,6 +137,8 @@ def corral_up(address: str, root: Path, *options: str) -> Iterator[RayServer]:
             os.killpg(up.process.pid, signal.SIGKILL)
             up.process.wait(timeout=30)
         kill_everything_of(root)
+        for folder in up.agent_dir.glob("*") if up.agent_dir.is_dir() else ():
+            remove_walls(folder)
 
 
 def test_corral_up_on_a_ray_started_by_the_cli(ray_head: str, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from pty_support import Terminal
 from session_support import ACCESS_ENDED, ended_after
+from walls_support import knock, nft_table, walled
 
 require_ray()
 
@@ -263,3 +264,25 @@ def test_stopping_the_workload_closes_every_session(site: Site) -> None:
             if ws in (sleeper, shell):
                 assert texts and json.loads(texts[-1])["exit"] == 137, ended
     site.server.wait_status("victim", "suspended")
+
+
+def test_the_workspace_ports_answer_only_corral_and_their_account(site: Site, web: str) -> None:
+    """The node's agent walls the workspace's two ports and lets the server's host in:
+    another account's process on the machine is refused at the node's address (the
+    proxy, as above, gets through)."""
+    from corral.agent import portwall
+
+    if os.geteuid() != 0 or portwall.available() is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must wall ports: {portwall.available()}")
+        pytest.skip("ports cannot be walled here")
+    agent = site.server.agent_dir / "a"
+    ports = walled(agent, site.server.get(f"/workloads/{web}")["directory"])
+    assert len(ports) == 2, nft_table(agent)
+    servers = [
+        item["set"] for item in nft_table(agent) if item.get("set", {}).get("name") == "servers4"
+    ]
+    assert servers and servers[0].get("elem") == ["127.0.0.1"], servers
+    for port in ports:
+        assert knock(WORKER_ADDRESS, port, "nobody").startswith("refused"), port
+        assert knock(WORKER_ADDRESS, port) == "open", port

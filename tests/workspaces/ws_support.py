@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from walls_support import remove_walls
+
 CORRAL = str(Path(sys.executable).with_name("corral"))
 
 
@@ -162,7 +164,8 @@ def _processes_of(data_dir: Path) -> list[int]:
 
 
 def stop_server(process: subprocess.Popen[bytes], data_dir: Path) -> None:
-    """Kill the server's process group, then the task process groups it started."""
+    """Kill the server's process group, then the task process groups it started, and
+    remove the walls its agent left."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -175,3 +178,4 @@ def stop_server(process: subprocess.Popen[bytes], data_dir: Path) -> None:
                 os.killpg(group, signal.SIGKILL)
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+    remove_walls(data_dir)

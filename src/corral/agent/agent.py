@@ -290,6 +290,7 @@ class Agent:
                         self._leftovers.append(task.cgroup)
                 if outcome is not None:
                     del self._tasks[key]
+                    self.walls.open_ports(task.launch)
                     ended.append((task, *outcome))
                     self.sessions.stop_workload(task.launch.workload)
         self._report(started, ended)
@@ -469,6 +470,7 @@ class Agent:
             if launch.ports:
                 task.ports = allocate(launch.ports, self.address)
                 variables.update(port_variables(launch.workload, self.address, task.ports))
+                self.walls.wall_ports(launch, task.ports.values(), identity.uid)
             task.cgroup = self.walls.cgroup(launch)
             if task.cgroup is not None:
                 task.cgroup.create(self.walls.limits(launch))
@@ -489,6 +491,7 @@ class Agent:
             if task.cgroup is not None:
                 with contextlib.suppress(OSError):
                     task.cgroup.remove()
+            self.walls.open_ports(launch)
             detail = error.strerror if isinstance(error, OSError) and error.strerror else error
             return f"could not start: {detail}"
         if launch.max_runtime is not None:

@@ -1,10 +1,11 @@
 """The walls an agent puts around each task (docs/security.md): a cgroup with its limits
-(corral.agent.cgroups), a process namespace (corral.agent.namespaces) and a cap on its
-log (corral.agent.logcap).
+(corral.agent.cgroups), a process namespace (corral.agent.namespaces), a wall around the
+ports it is given (corral.agent.portwall) and a cap on its log (corral.agent.logcap).
 
 Limits need root and the cgroup controllers; a process namespace needs root and a
-kernel that allows it. Without them (`corral up` on a laptop) tasks run as before, and
-`corral up` says that limits are off and why. The log cap holds everywhere.
+kernel that allows it; the port wall needs root and nftables. Without them (`corral up`
+on a laptop) tasks run as before, and `corral up` says which walls are off and why. The
+log cap holds everywhere.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.agent import cgroups, namespaces
+from corral.agent import cgroups, namespaces, portwall
 from corral.agent.cgroups import Hierarchy, Limits, TaskCgroup
 from corral.agent.logcap import DEFAULT_LOG_CAP
+from corral.agent.portwall import PortWall
 from corral.messages import TaskLaunch
 from corral.model import format_memory
 from corral.model.spec import Device
@@ -56,17 +58,22 @@ class Walls:
         self.hierarchy: Hierarchy | None = None
         self.off: str | None = None
         self.namespace = False
+        # The wall around the ports tasks are given (None: open, `ports_off` says why).
+        self.ports: PortWall | None = None
+        self.ports_off: str | None = None
         if not options.limits:
-            self.off = "turned off (--no-task-limits)"
+            self.off = self.ports_off = "turned off (--no-task-limits)"
         elif os.geteuid() != 0:
-            self.off = "corral does not run as root"
+            self.off = self.ports_off = "corral does not run as root"
         else:
-            found = _prepared(cgroups.find(cgroups.agent_key(data_dir)))
+            key = cgroups.agent_key(data_dir)
+            found = _prepared(cgroups.find(key))
             self.hierarchy, self.off = (None, found) if isinstance(found, str) else (found, None)
             why = namespaces.available()
             self.namespace = why is None
             if why is not None:
                 log.warning("tasks get no process namespace of their own: %s", why)
+            self.ports, self.ports_off = _port_wall(key)
 
     def describe(self) -> list[str]:
         """What `corral up` says of its tasks' walls."""
@@ -79,7 +86,11 @@ class Walls:
             )
         seen = "its own processes only" if self.namespace else "every process of the machine"
         cap = f"task logs keep their last {format_memory(self.options.log_cap)}"
-        return [f"{limits}; each task sees {seen}; {cap}"]
+        if self.ports is not None:
+            ports = "the ports a task is given answer only its own account and corral"
+        else:
+            ports = f"the ports a task is given answer every process ({self.ports_off})"
+        return [f"{limits}; each task sees {seen}; {ports}; {cap}"]
 
     def limits(self, launch: TaskLaunch) -> Limits:
         """The task's limits: what it asked for; memory it did not ask for is the node's
@@ -96,8 +107,7 @@ class Walls:
         """The launch's cgroup (made or not); None when limits are off."""
         if self.hierarchy is None:
             return None
-        name = cgroups.task_name(launch.directory, launch.task, launch.launch, launch.attempt)
-        return self.hierarchy.task(name)
+        return self.hierarchy.task(_label(launch))
 
     def launcher_options(self, cgroup: TaskCgroup | None) -> tuple[str, ...]:
         """What the launcher is told of the walls it builds."""
@@ -108,13 +118,41 @@ class Walls:
             options += ["--namespace", "pid"]
         return tuple(options)
 
+    def wall_ports(self, launch: TaskLaunch, ports: Iterable[int], uid: int) -> None:
+        """Let only the task's account `uid` and corral reach its `ports` (nothing to do
+        when the wall is off). PortWallError when nftables refuses."""
+        if self.ports is not None:
+            self.ports.wall(ports, uid, _label(launch))
+
+    def open_ports(self, launch: TaskLaunch) -> None:
+        """The task has ended: its ports are walled no more."""
+        if self.ports is None or not launch.ports:
+            return
+        try:
+            self.ports.open(_label(launch))
+        except portwall.PortWallError as error:
+            log.warning("cannot open the ports of %s/%s: %s", launch.workload, launch.task, error)
+
+    def servers(self, addresses: Iterable[str]) -> None:
+        """The server's hosts, which reach walled ports from other machines."""
+        if self.ports is None:
+            return
+        try:
+            self.ports.servers(addresses)
+        except (portwall.PortWallError, ValueError) as error:
+            log.warning("the server's addresses %s are not let in: %s", list(addresses), error)
+
     def close(self) -> None:
-        """Remove this agent's own cgroup directories if no task's is left in them (tasks
-        outlive their agent; a restarted one finds them again)."""
+        """Remove this agent's own cgroup directories if no task's is left in them, and its
+        port wall if no port is walled in it (tasks outlive their agent; a restarted one
+        finds them again)."""
         if self.hierarchy is not None:
             for path in dict.fromkeys(self.hierarchy.parents.values()):
                 with contextlib.suppress(OSError):
                     path.rmdir()
+        if self.ports is not None:
+            with contextlib.suppress(portwall.PortWallError):
+                self.ports.close()
 
     def leftovers(self, claimed: Iterable[TaskCgroup | None]) -> list[TaskCgroup]:
         """The task cgroups of this agent found from before it started that no live
@@ -127,6 +165,26 @@ class Walls:
             if cgroup.processes():
                 log.warning("killing what task %s left behind", cgroup.name)
         return found
+
+
+def _port_wall(key: str) -> tuple[PortWall | None, str | None]:
+    """The agent's port wall, its table made; or why there is none."""
+    why = portwall.available()
+    if why is not None:
+        log.warning("the ports given to tasks are not walled: %s", why)
+        return None, why
+    wall = PortWall(key)
+    try:
+        wall.prepare()
+    except portwall.PortWallError as error:
+        log.warning("the ports given to tasks are not walled: %s", error)
+        return None, f"nftables refused its table: {error}"
+    return wall, None
+
+
+def _label(launch: TaskLaunch) -> str:
+    """What a task's walled ports are found by: the name of its cgroup."""
+    return cgroups.task_name(launch.directory, launch.task, launch.launch, launch.attempt)
 
 
 def _prepared(found: Hierarchy | str) -> Hierarchy | str:

@@ -104,6 +104,12 @@ def connect(address: str, timeout: float = 30.0) -> None:
     _summarize_ray_errors()
 
 
+def own_address() -> str:
+    """This process's address in the Ray cluster (a connected driver's): where the server
+    connects to the nodes from."""
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+
 def _summarize_ray_errors() -> None:
     """Ray prints the errors of the whole cluster to a driver's stdout, a dead raylet's
     with its last state dumps (dozens of lines each); corral's log keeps the first line

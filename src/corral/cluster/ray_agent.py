@@ -52,7 +52,7 @@ from corral.model.telemetry import Sample
 log = logging.getLogger("corral.agent")
 
 # What this agent understands (see `hello`).
-PROTOCOL = 4
+PROTOCOL = 5
 # How often the watchdog asks the cluster whether this node is still part of it.
 WATCH_EVERY = 1.0
 
@@ -192,6 +192,7 @@ class NodeAgent:
         )
         self.agent.lease = self.lease
         self.agent.fence_timeout = settings.fence_timeout
+        self.agent.walls.servers(settings.server_addresses)
         self.agent.start_thread()
         # The actor is threaded (see corral.cluster.ray): this guards what follows.
         self._lock = threading.Lock()
@@ -234,6 +235,7 @@ class NodeAgent:
             self._write_lease(settings.fence_timeout)
             self.agent.fence_timeout = settings.fence_timeout
         self.agent.walls.options = _walls(settings)
+        self.agent.walls.servers(settings.server_addresses)
         log.info("node %s takes the server's settings: %s", self.name, settings)
         self.settings = settings
 
@@ -272,7 +274,8 @@ class NodeAgent:
             # call; 4: files by the name of the workload's directories (NAME.ID), which
             # log chunks and task ends carry, and `forget`. An agent started by an older
             # corral (detached actors outlive it) says less, and is replaced once it runs
-            # no task.
+            # no task. 5: the server's addresses in its settings, let through the walls
+            # of task ports.
             "protocol": PROTOCOL,
         }
 

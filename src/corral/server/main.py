@@ -145,7 +145,7 @@ def ray_cluster(data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
     """Connect to Ray and make the cluster of its nodes' agents; also the node timeout
     the dispatcher needs for a node to be lost within the loss timeout."""
     from corral.agent.walls import WallOptions
-    from corral.cluster.ray import RayCluster, connect
+    from corral.cluster.ray import RayCluster, connect, own_address
     from corral.messages import AgentSettings
 
     # A node is declared lost (and its work placed elsewhere) a node timeout after its
@@ -167,6 +167,7 @@ def ray_cluster(data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
         log_cap=walls.log_cap,
         task_pids=walls.pids,
         task_limits=walls.limits,
+        server_addresses=(own_address(),),
     )
     cluster = RayCluster(
         data_dir,

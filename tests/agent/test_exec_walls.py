@@ -7,7 +7,10 @@ member of the project would, on a real `corral up` run as root with real Unix ac
   (exec, shell, port-forward, its URLs): a teammate is refused with 403 and why;
 - every session is in the audit log: who, workload, task, command, start, end, exit code;
 - an open session ends within 5 s once its token is revoked or expires, or its user is
-  taken out of the project or deleted.
+  taken out of the project or deleted;
+- an exec runs inside its task's walls: what it leaves dies with the task before the
+  task's GPU is given out, it sees the task's processes only, and its memory counts
+  against the task's limit.
 """
 
 from __future__ import annotations
@@ -27,7 +30,16 @@ from urllib.parse import quote, urlencode
 
 import httpx
 import pytest
-from livecorral import CORRAL, Accounts, CorralUp, runs, wait_until
+from livecorral import (
+    CORRAL,
+    Accounts,
+    CorralUp,
+    open_folder,
+    processes_of,
+    runs,
+    wait_until,
+)
+from test_walls import FOLLOWER, PEEK
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -398,3 +410,103 @@ def test_a_project_admin_made_a_member_loses_a_session_into_a_teammates_workload
         assert took < ENDS_WITHIN and code == ACCESS_ENDED, (took, code, reason)
         assert reason.startswith(f"session ended: {web} is alice's: only alice"), reason
     wait_until(lambda: not runs("sleep", marker), ENDS_WITHIN, "the session's command to be killed")
+
+
+# -- 5. an exec runs inside its task's walls: its cgroup and its namespaces -----------------
+
+
+@pytest.fixture
+def sticky() -> Iterator[Path]:
+    """A directory every task's account may write (sticky, like /tmp)."""
+    with open_folder("corral-exec-walls-", 0o1777) as folder:
+        yield folder
+
+
+# Leaves the exec's process group with `setsid`, and its streams (the session ends without
+# it), writing a heartbeat into $1/beat until it is killed; $1, a directory of its own, is
+# in its arguments, so it is found from outside.
+LEAVE = """
+umask 022
+beat='n=0; while :; do n=$((n+1)); echo $n > "$0/beat"; sleep 0.05; done'
+setsid sh -c "$beat" "$1" </dev/null >/dev/null 2>&1 &
+echo "left the group"
+"""
+
+
+def test_an_execs_setsid_child_dies_with_its_task_before_its_gpu_is_given_out(
+    world: World, sticky: Path
+) -> None:
+    """alice execs into her GPU workload a `setsid` child that writes a heartbeat, and
+    cancels the workload; bob's workload, given the GPU only then, sees the heartbeat
+    stopped, and the child is gone. (Before, the exec's child was the agent's, outside
+    the task's cgroup and namespace: it beat on, with the GPU's CUDA_VISIBLE_DEVICES,
+    beside the next tenant.)"""
+    leaver = sticky / "leaver"
+    leaver.mkdir(mode=0o777)
+    leaver.chmod(0o777)
+    world.submit("alice", "exec-leaver", ["sleep", "600"], tasks=[{"gpu": 1}])
+    leave = ["/bin/sh", "-c", LEAVE, "leave", f"{leaver}/"]
+    ran = run_exec(world, "alice", "exec-leaver", leave)
+    assert (ran.exit, ran.out) == (0, b"left the group\n"), ran
+    wait_until(lambda: processes_of(leaver), 10, "the exec's setsid child")
+    with world.api("bob") as api:
+        body = {"name": "exec-follower", "project": "team", "tasks": [{"gpu": 1}]}
+        command = ["/bin/sh", "-c", FOLLOWER, "follower", str(leaver / "beat")]
+        answer = api.post("/workloads", json={**body, "command": command, "grace_period": 2})
+        assert answer.status_code == 201, answer.text
+    time.sleep(0.5)
+    assert world.up.workload("exec-follower")["status"] == "pending"  # the GPU is alice's
+    with world.api("alice") as api:
+        assert api.post("/workloads/exec-leaver/cancel").is_success
+    assert world.up.wait_status("exec-follower", timeout=60)["status"] == "succeeded"
+    assert "alone on my GPUs" in world.up.log_text("exec-follower")
+    assert not processes_of(leaver)
+
+
+def test_an_exec_sees_its_tasks_processes_only(world: World) -> None:
+    """bob runs a workload with a marker in its arguments; alice, in an exec and in a
+    shell's terminal into her own workload, lists /proc and runs `ps -e`: she sees her
+    task's init, its command and her own process, nothing of bob's. (Before, an exec saw
+    every process of the node, and every tenant's command lines.)"""
+    marker = "600.4242"
+    world.submit("bob", "exec-secretive", ["sleep", marker])
+    world.submit("alice", "exec-peeker", ["sleep", "600"])
+    assert runs("sleep", marker)  # there to be seen
+    peek = run_exec(world, "alice", "exec-peeker", ["python3", "-c", PEEK])
+    assert peek.exit == 0 and b"peek done" in peek.out, peek
+    lines = peek.out.decode().splitlines()
+    seen = dict(line.split(" ", 2)[1:] for line in lines if line.startswith("SEEN"))
+    # The task's init (its launcher's copy, process 1), its command, and the exec itself.
+    [own] = set(seen) - {"1", "2"}
+    assert "corral.agent.launch" in seen["1"] and seen["2"].strip() == "sleep 600", seen
+    assert seen[own].startswith("python3 -c"), seen
+    listed = run_exec(world, "alice", "exec-peeker", ["ps", "-e", "-o", "pid=,args="], tty=True)
+    assert listed.exit == 0, listed
+    commands = [line.split(None, 1)[1] for line in listed.out.decode().splitlines()]
+    assert len(commands) == 3 and marker not in listed.out.decode(), listed
+    assert "corral.agent.launch" in commands[0], commands
+    assert commands[1:] == ["sleep 600", "ps -e -o pid=,args="], commands
+
+
+# Holds ever more memory: 256 MiB at most, over its task's limit, never over the machine.
+HOG = """
+held = []
+for step in range(32):
+    held.append(b"x" * (8 << 20))
+    print("holding", 8 * len(held), "MiB", flush=True)
+print("never stopped", flush=True)
+"""
+
+
+def test_an_execs_memory_hog_is_bound_by_its_tasks_limit(world: World) -> None:
+    """alice's workload asks for 64 MiB; an exec into it that holds more is killed by the
+    kernel (exit 137) before it holds 64 MiB, while the task's command runs on. (Before,
+    the exec counted in no limit of the task's: it held all 256 MiB.)"""
+    marker = "600.6464"
+    world.submit("alice", "exec-roomy", ["sleep", marker], tasks=[{"gpu": 0, "memory": "64MiB"}])
+    hog = run_exec(world, "alice", "exec-roomy", ["python3", "-c", HOG])
+    assert hog.exit == 137 and b"never stopped" not in hog.out, hog
+    assert b"holding 64 MiB" not in hog.out, hog.out[-200:]
+    assert runs("sleep", marker)
+    assert world.up.workload("exec-roomy")["status"] == "running"
+    assert run_exec(world, "alice", "exec-roomy", ["true"]).exit == 0

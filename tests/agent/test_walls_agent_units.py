@@ -20,6 +20,7 @@ from test_agent_robust_units import Recorder, launch
 
 from corral.agent import Agent
 from corral.agent.walls import WallOptions, Walls
+from corral.messages import TaskStop
 
 LEAVE = "setsid sleep 300 & echo left $!; exec sleep 300"
 
@@ -91,6 +92,40 @@ def test_what_a_task_left_is_killed_before_its_end_is_reported(
         assert worker.walls.hierarchy is not None and worker.walls.hierarchy.tasks() == []
     finally:
         worker.close()
+
+
+def test_what_an_exec_left_in_a_task_without_a_namespace_dies_before_its_end_is_reported(
+    folders: tuple[Path, Path],
+) -> None:
+    """Without a process namespace an exec session still enters its task's cgroup: a
+    `setsid` child it starts is killed with the task, before the task's end is reported
+    (before, it was the agent's, and lived on)."""
+    witness = Witness()
+    worker = agent(*folders, witness)
+    session = None
+    try:
+        worker.start([launch("host", ["sleep", "300"])])
+        wait_until(lambda: "host" in witness.started, 20, "the start")
+        leave = "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo left $!"
+        session = worker.open_session("host", 0, ["sh", "-c", leave], False)
+        output = wait_until(lambda: read_some(session.output), 20, "the exec's output")
+        escaped = int(output.split()[1])
+        assert running(escaped)
+        witness.watched.append(escaped)
+        worker.stop([TaskStop("host", "n", (0,), "cancelled", 0.5)])
+        wait_until(lambda: "host" in witness.ended, 20, "the end")
+        assert witness.alive_at[("end", "host")] == []
+    finally:
+        if session is not None:
+            session.release()
+        worker.close()
+
+
+def read_some(fd: int) -> bytes:
+    """What a non-blocking fd holds now."""
+    with contextlib.suppress(BlockingIOError):
+        return os.read(fd, 4096)
+    return b""
 
 
 def test_an_agent_started_again_kills_what_a_dead_launcher_left(

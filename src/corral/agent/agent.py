@@ -23,6 +23,7 @@ from pathlib import Path
 from corral.agent import reporting
 from corral.agent.cgroups import TaskCgroup, cleared
 from corral.agent.checkpoints import last_checkpoint
+from corral.agent.enter import entered
 from corral.agent.exec import ExecSession, Sessions, spawn
 from corral.agent.identity import (
     Identity,
@@ -537,28 +538,34 @@ class Agent:
 
     def open_session(self, workload: str, task: int, command: list[str], tty: bool) -> ExecSession:
         """Run `command` beside a running task, in its environment (variables, devices,
-        ports, working directory, Unix account), as this agent's child; stopped with the
-        task. LookupError when the task does not run here; OSError or ValueError when the
-        command cannot start."""
+        ports, working directory, Unix account) and inside its walls (its cgroup and
+        namespaces), as this agent's child; stopped with the task. LookupError when the
+        task does not run here; OSError or ValueError when the command cannot start."""
         with self._lock:
             found = self._tasks.get((workload, task))
             if found is None or found.process is None or found.stop_reason is not None:
                 raise LookupError(f"task {task} of {workload} is not running on {self.node}")
             launch, ports = found.launch, dict(found.ports)
+            process, cgroup = found.process, found.cgroup
         identity = self._identity(launch)
         folder = workload_directory(self.workloads_dir, launch.directory, identity)
         variables = dict(launch.env)
         variables["CORRAL_CHECKPOINT_DIR"] = str(folder / "checkpoints")
         if ports:
             variables.update(port_variables(launch.workload, self.address, ports))
-        session = spawn(
-            workload,
-            command,
-            task_environment(variables, identity),
-            str(folder / launch.workdir) if launch.workdir else str(folder),
-            identity if self.run_as_submitter else None,
-            tty,
-        )
+        try:
+            with entered(process.pid, process.proc_start, cgroup) as inside:
+                session = spawn(
+                    workload,
+                    command,
+                    task_environment(variables, identity),
+                    str(folder / launch.workdir) if launch.workdir else str(folder),
+                    identity if self.run_as_submitter else None,
+                    tty,
+                    inside,
+                )
+        except LookupError as error:
+            raise LookupError(f"task {task} of {workload} on {self.node}: {error}") from None
         self.sessions.add(session)
         return session
 

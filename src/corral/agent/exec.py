@@ -1,8 +1,9 @@
 """Commands run beside a task (`corral exec`, `corral shell`): in the task's environment
-(its variables, devices, working directory and Unix account), as children of the agent,
-with a pseudo-terminal for a shell. They are stopped when their workload's task stops.
-A command becomes the task's account before it touches any path: the working directory
-is entered as that account, never as the agent's root."""
+(its variables, devices, working directory and Unix account) and inside its walls (its
+cgroup and namespaces: corral.agent.enter), as children of the agent, with a
+pseudo-terminal for a shell. They are stopped when their workload's task stops, and what
+they leave dies with the task. A command becomes the task's account before it touches
+any path: the working directory is entered as that account, never as the agent's root."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.agent.enter import TaskWalls
 from corral.agent.identity import Identity
 
 # A window size a terminal cannot have; larger values are clamped.
@@ -31,6 +33,8 @@ EXIT_POLL_FIRST = 0.005
 EXIT_POLL_MAX = 0.5
 # A stream's fd once this session has closed it.
 CLOSED = -1
+# The walls of a task that has none (limits are off): the agent's own.
+OUTSIDE = TaskWalls()
 
 
 @dataclass
@@ -114,18 +118,37 @@ class ExecSession:
                     os.close(fd)
 
 
+# What a failed child reports on its pipe, before its errno: what it could not do.
+WALLS, WORKDIR = b"walls", b"workdir"
+
+
 @contextlib.contextmanager
-def _entering(workdir: str, tty: bool, account: str) -> Iterator[Callable[[], None]]:
-    """Popen's `preexec_fn`: it runs in the child once the child is the account (Popen
-    switches uid, gid and groups before it), takes the terminal when `tty`, then enters
-    `workdir`. Entered as root, the directory could be a symlink its account swapped in,
-    to a directory of another account's that it may not reach by path; from inside, it
-    could read what is below. A directory the account may not enter is raised as OSError
-    naming it and the account; the child's errno comes back through a pipe."""
+def _entering(
+    walls: TaskWalls, identity: Identity | None, workdir: str, tty: bool
+) -> Iterator[Callable[[], None]]:
+    """Popen's `preexec_fn`, run in the child before the command: as root, it enters the
+    task's walls (`TaskWalls.join`); then it becomes the account (its groups, gid and
+    uid), takes the terminal when `tty`, and only then enters `workdir`. Entered as root,
+    the directory could be a symlink its account swapped in, to a directory of another
+    account's that it may not reach by path; from inside, it could read what is below.
+    Walls that cannot be entered, or a directory the account may not enter, are raised
+    as OSError saying which; the child's errno comes back through a pipe."""
     readable, writable = os.pipe()
     os.set_blocking(readable, False)
 
+    def failed(what: bytes, error: OSError) -> None:
+        os.write(writable, what + b" " + str(error.errno).encode())
+
     def prepare() -> None:
+        try:
+            walls.join()
+        except OSError as error:
+            failed(WALLS, error)
+            raise
+        if identity is not None:
+            os.setgroups(list(identity.groups))
+            os.setresgid(identity.gid, identity.gid, identity.gid)
+            os.setresuid(identity.uid, identity.uid, identity.uid)
         if tty:
             # After setsid: the pty on fd 0 becomes the controlling terminal, so that ^C
             # and job control reach the shell's foreground job.
@@ -133,17 +156,21 @@ def _entering(workdir: str, tty: bool, account: str) -> Iterator[Callable[[], No
         try:
             os.chdir(workdir)
         except OSError as error:
-            os.write(writable, str(error.errno).encode())
+            failed(WORKDIR, error)
             raise
 
     try:
         yield prepare
     except subprocess.SubprocessError:
-        code = _child_errno(readable, writable)
+        what, code = _child_errno(readable, writable)
         writable = CLOSED
         if code is None:
             raise
-        why = f"cannot enter the working directory {workdir!r} as {account}: {os.strerror(code)}"
+        who = identity.name if identity is not None else "the agent's user"
+        if what == WALLS:
+            why = f"cannot enter its task's cgroup and namespaces: {os.strerror(code)}"
+        else:
+            why = f"cannot enter the working directory {workdir!r} as {who}: {os.strerror(code)}"
         raise OSError(code, why) from None
     finally:
         for fd in (readable, writable):
@@ -151,15 +178,16 @@ def _entering(workdir: str, tty: bool, account: str) -> Iterator[Callable[[], No
                 os.close(fd)
 
 
-def _child_errno(readable: int, writable: int) -> int | None:
-    """The errno a failed child wrote, if it wrote one; closes `writable` first (the child,
-    having failed, has exited: nothing else holds the pipe open for long)."""
+def _child_errno(readable: int, writable: int) -> tuple[bytes, int | None]:
+    """What a failed child could not do and its errno, if it wrote them; closes `writable`
+    first (the child, having failed, has exited: nothing else holds the pipe open for
+    long)."""
     os.close(writable)
     try:
-        written = os.read(readable, 32)
+        what, _, number = os.read(readable, 64).partition(b" ")
     except BlockingIOError:
-        return None
-    return int(written) if written.isdigit() else None
+        return b"", None
+    return what, int(number) if number.isdigit() else None
 
 
 def spawn(
@@ -169,30 +197,39 @@ def spawn(
     workdir: str,
     identity: Identity | None,
     tty: bool,
+    walls: TaskWalls = OUTSIDE,
 ) -> ExecSession:
-    """Start `command` in a session of its own, as `identity` when given (a root agent),
-    in `workdir` (entered as that account: see `_entering`), with exactly `env`; with a
-    pseudo-terminal when `tty`. OSError or ValueError when it cannot start."""
-    # As the account, in a session of its own, with exactly `env`.
-    settings: dict[str, Any] = {
-        "user": identity.uid if identity is not None else None,
-        "group": identity.gid if identity is not None else None,
-        "extra_groups": list(identity.groups) if identity is not None else None,
-        "start_new_session": True,
-        "env": dict(env),
-    }
-    who = identity.name if identity is not None else "the agent's user"
+    """Start `command` in a session of its own, inside its task's `walls` (see
+    corral.agent.enter), as `identity` when given (a root agent), in `workdir` (entered
+    as that account: see `_entering`), with exactly `env`; with a pseudo-terminal when
+    `tty`. OSError or ValueError when it cannot start."""
+    primary = secondary = CLOSED
     if tty:
-        return _spawn_terminal(workload, command, workdir, who, settings)
-    with _entering(workdir, False, who) as prepare:
-        process = subprocess.Popen(
-            list(command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            preexec_fn=prepare,
-            **settings,
-        )
+        primary, secondary = pty.openpty()
+    streams = [secondary] * 3 if tty else [subprocess.PIPE] * 3
+    try:
+        with _entering(walls, identity, workdir, tty) as prepare:
+            process = walls.forking(
+                lambda: subprocess.Popen(
+                    list(command),
+                    stdin=streams[0],
+                    stdout=streams[1],
+                    stderr=streams[2],
+                    preexec_fn=prepare,
+                    start_new_session=True,
+                    env=dict(env),
+                )
+            )
+    except BaseException:
+        if tty:
+            os.close(primary)
+        raise
+    finally:
+        if tty:
+            os.close(secondary)
+    if tty:
+        os.set_blocking(primary, False)
+        return ExecSession(workload, process, primary, primary, None, True)
     assert process.stdin and process.stdout and process.stderr
     # The fds are handed to the session, which closes them; the file objects must not.
     fds = [os.dup(stream.fileno()) for stream in (process.stdin, process.stdout, process.stderr)]
@@ -201,34 +238,6 @@ def spawn(
     for fd in fds:
         os.set_blocking(fd, False)
     return ExecSession(workload, process, fds[0], fds[1], fds[2], False)
-
-
-def _spawn_terminal(
-    workload: str,
-    command: Sequence[str],
-    workdir: str,
-    who: str,
-    settings: dict[str, Any],
-) -> ExecSession:
-    """`spawn` with a pseudo-terminal for the command's three streams."""
-    primary, secondary = pty.openpty()
-    try:
-        with _entering(workdir, True, who) as prepare:
-            process = subprocess.Popen(
-                list(command),
-                stdin=secondary,
-                stdout=secondary,
-                stderr=secondary,
-                preexec_fn=prepare,
-                **settings,
-            )
-    except BaseException:
-        os.close(primary)
-        raise
-    finally:
-        os.close(secondary)
-    os.set_blocking(primary, False)
-    return ExecSession(workload, process, primary, primary, None, True)
 
 
 class Sessions:

@@ -7,12 +7,16 @@ orphaned to it, and ends with the command's exit code. When it ends, the kernel 
 everything left in the namespace. The launcher itself stays in the agent's namespace,
 with the pid the store records.
 
-Python 3.11 has neither os.unshare nor a mount call, so they come from the C library.
+An exec session enters a task's namespaces with `setns` (corral.agent.enter).
+
+Python 3.11 has neither os.unshare, os.setns nor a mount call, so they come from the C
+library.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import subprocess
 import sys
@@ -26,8 +30,18 @@ MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
+
+
+def loaded() -> None:
+    """Look up the C library's functions now. A child forked from a process with threads
+    (an exec session, between fork and exec) must not: the lock of the dynamic loader may
+    be held by a thread that the fork left behind."""
+    libc = _libc()
+    for name in ("setns", "unshare", "mount"):
+        getattr(libc, name)
 
 
 def _check(result: int, what: str) -> None:
@@ -39,6 +53,13 @@ def _check(result: int, what: str) -> None:
 def unshare(flags: int) -> None:
     """unshare(2); OSError when the kernel refuses."""
     _check(_libc().unshare(flags), "unshare")
+
+
+def setns(fd: int, kind: int) -> None:
+    """setns(2): enter the namespace of `kind` that `fd` (a /proc/PID/ns file) names; for
+    CLONE_NEWPID, the namespace of the calling thread's children to come. OSError when
+    the kernel refuses."""
+    _check(_libc().setns(fd, kind), "setns")
 
 
 def private_proc() -> None:

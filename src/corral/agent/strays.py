@@ -78,7 +78,7 @@ def _arguments(pid: int) -> list[bytes] | None:
         return None
 
 
-def _option(arguments: list[bytes], name: bytes) -> str | None:
+def launcher_option(arguments: list[bytes], name: bytes) -> str | None:
     """A launcher's option: among its own options, before "--"; the task's command after
     it may say anything (a task could name another's exit file in its arguments)."""
     options = arguments[: arguments.index(b"--")] if b"--" in arguments else arguments
@@ -93,7 +93,7 @@ def _task_of(arguments: list[bytes], run_dir: Path) -> tuple[str, int] | None:
     None."""
     if LAUNCHER not in arguments:
         return None
-    exit_file = _option(arguments, b"--exit-file")
+    exit_file = launcher_option(arguments, b"--exit-file")
     if exit_file is None:
         return None
     path = Path(exit_file)
@@ -156,7 +156,7 @@ def find_strays(run_dir: Path, hierarchy: Hierarchy | None = None) -> dict[int, 
             others.append(pid)
         elif _launcher_like(pid):
             launchers[pid] = key
-            given = _option(arguments, b"--cgroup")
+            given = launcher_option(arguments, b"--cgroup")
             if hierarchy is not None and given:
                 cgroups[pid] = hierarchy.owned(given.split(":"))
     strays: dict[int, Stray] = {}

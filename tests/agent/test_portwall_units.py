@@ -54,6 +54,11 @@ def test_a_walled_port_answers_its_account_and_root_only(wall: PortWall, listene
         assert knock(host, listener, OWNER) == "open", host
         assert knock(host, listener, 0) == "open", host
     assert wall.walled("job.7.task-0.launch-1") == [listener]
+    # A server on this host's loopback lets in no other account of this host, though
+    # their connections come from its address.
+    wall.servers(["127.0.0.1", "::1"])
+    assert knock("127.0.0.1", listener, OTHER).startswith("refused")
+    assert knock("::1", listener, OTHER).startswith("refused")
     assert wall.walled("job.7.task-1.launch-1") == []
     # A restarted agent keeps the walls of the tasks that outlived it.
     PortWall(wall.table.removeprefix("corral_")).prepare()

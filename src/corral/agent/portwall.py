@@ -10,8 +10,8 @@ It is built with nftables (the `nft` command, run as root): one table per agent,
       set servers4, servers6            the server's addresses (Ray: its host)
       chain output  (hook output)       to a local address: a walled port's chain
       chain input   (hook input)        from another host: a walled port's chain
-      chain pPORT                       owner uids and the servers return; the rest is
-                                        rejected
+      chain pPORT                       owner uids and (from other hosts) the servers
+                                        return; the rest is rejected
 
 A connection made on the node goes through `output`, where the kernel knows the account
 of the socket (`meta skuid`); one from another host through `input`, where only its
@@ -96,8 +96,10 @@ class PortWall:
                 f"add chain {chain}",
                 f"flush chain {chain}",
                 f"add rule {chain} meta skuid {{ {uids} }} return comment {comment}",
-                f"add rule {chain} ip saddr @servers4 return",
-                f"add rule {chain} ip6 saddr @servers6 return",
+                # From other hosts only: a process here connects from a server address
+                # too (127.0.0.1, when the server is on loopback), as any account.
+                f"add rule {chain} fib saddr type != local ip saddr @servers4 return",
+                f"add rule {chain} fib saddr type != local ip6 saddr @servers6 return",
                 f"add rule {chain} reject with tcp reset",
                 f"add element {t} walled {{ {int(port)} : jump p{int(port)} }}",
             ]

@@ -42,6 +42,9 @@ class VictimSearch:
         # Within one eviction attempt, where each queue's search for victims resumes:
         # units passed over stay unusable until the attempt ends.
         self._resume: dict[str, int] = {}
+        # Within one eviction attempt, the units whose queue gave before another because
+        # of queue priority: the two queues whose priorities decided (see `Reclaim`).
+        self._lower_priority: dict[int, tuple[QueueState, QueueState]] = {}
 
     def evict_for(
         self,
@@ -62,6 +65,7 @@ class VictimSearch:
         victims: list[tuple[Unit, list[Placement]]] = []
         self._tentative.clear()
         self._resume.clear()
+        self._lower_priority.clear()
         while True:
             commit: Callable[[], None] | None = None
             if (
@@ -75,11 +79,13 @@ class VictimSearch:
                 if commit is not None:
                     commit()
                 self._keep_needed(victims)
-                for (victim, _), taken in victims:
+                for given, taken in victims:
                     if taken:
+                        victim = given[0]
                         tasks = tuple(sorted(placement.task for placement in taken))
                         freed = sum(placement.gpu for placement in taken)
-                        reason = _eviction_reason(kind, victim, ws, freed)
+                        decided = self._lower_priority.get(id(given))
+                        reason = _eviction_reason(kind, victim, ws, freed, decided)
                         session.record_eviction(victim, tasks, kind, ws, reason)
                 state.journal.clear()
                 return True, len(victims)
@@ -147,6 +153,15 @@ class VictimSearch:
             return unit
         self._resume[leaf.name] = len(units)
         return None
+
+    def holds_victims(self, leaf: QueueState) -> bool:
+        """Whether preemptible work of `leaf` ran when the cycle began."""
+        return bool(self._victim_units(leaf))
+
+    def note_lower_priority(self, unit: Unit, lower: QueueState, higher: QueueState) -> None:
+        """Record that `unit`'s queue gives before another because queue `lower` has a
+        lower priority than `higher`: the eviction's reason says so."""
+        self._lower_priority[id(unit)] = (lower, higher)
 
     def forget_passed_over(self) -> None:
         """Let the rest of this attempt look again at units it passed over (they may be
@@ -237,10 +252,16 @@ def _too_young(victim: WorkloadState, min_runtime: float) -> bool:
 
 
 def _eviction_reason(
-    kind: EvictionKind, victim: WorkloadState, by: WorkloadState, freed: float
+    kind: EvictionKind,
+    victim: WorkloadState,
+    by: WorkloadState,
+    freed: float,
+    decided: tuple[QueueState, QueueState] | None = None,
 ) -> str:
     """Why `victim` is evicted for `by`, in the words of the victim's pending reason
-    (`freed`: the GPUs the eviction took from the victim's queue)."""
+    (`freed`: the GPUs the eviction took from the victim's queue; `decided`: the queue of
+    lower priority and the one of higher, when queue priority chose the victim's queue
+    over one further over its fair share)."""
     if kind == "preempt":
         return (
             f"{by.name} (priority {by.workload.priority}) preempts lower-priority work "
@@ -252,7 +273,14 @@ def _eviction_reason(
         if under.alloc[GPU] <= under.deserved[GPU] + EPSILON
         else "under its fair share"
     )
+    priority = ""
+    if decided is not None:
+        lower, higher = decided
+        priority = (
+            f"; queue {lower.name} has a lower priority than {higher.name} "
+            f"({lower.priority} < {higher.priority})"
+        )
     if over.alloc[GPU] + freed <= over.fair_share[GPU] + EPSILON:
         # Taken for a deserved quota from a queue at its fair share but above its own.
-        return f"queue {over.name} is above its deserved quota; {under.name} is {why}"
-    return f"queue {over.name} is over its fair share; {under.name} is {why}"
+        return f"queue {over.name} is above its deserved quota; {under.name} is {why}{priority}"
+    return f"queue {over.name} is over its fair share; {under.name} is {why}{priority}"

@@ -1,6 +1,7 @@
 """Reclaim: queues under their fair share take GPUs back from queues above theirs.
 
-Victims come in queue order (the most over-served queue first, then its own order).
+Victims come in queue order (queues over their fair share first, the lowest queue
+priority first among them, then the most over-served; then its own order).
 When those would not make room, as when they free GPUs spread over nodes where the
 candidate needs them together, the same victims are tried node by node, the nodes with
 the most GPUs free or held by queues that may give first.
@@ -34,17 +35,17 @@ from corral.model.resources import EPSILON
 # Whether a leaf other than a reclaimer's may give what the reclaimer asks for, by
 # (reclaimer's queue, asks for GPU, CPU, memory, stays within its deserved quota).
 AnyoneOver = dict[tuple[str, bool, bool, bool, bool], bool]
-# A leaf's rank among the queues that may give: queues over their fair share before
-# those that only hold more than they deserve (for a reclaimer under its deserved quota),
-# lower queue priority first, most over-served, then the most GPUs held, then by name.
-GiverRank = tuple[int, int, float, float, tuple[object, ...]]
+# A leaf's rank among the queues that may give: queues over their fair share before those
+# that only hold more than they deserve (for a reclaimer under its deserved quota); lower
+# queue priority first (the priorities of its path from where it meets the reclaimer down
+# to the leaf, compared top-down); the most over-served, the most GPUs held, then by name.
+GiverRank = tuple[int, tuple[int, ...], float, float, tuple[object, ...]]
 # A ranked giver: its rank, its place among the queues (which orders leaves of equal
 # rank, as "q1" and "q01"), the leaf, and the queue its path takes below the queue where
 # it meets the reclaimer (a reclaimer's own branch there gives nothing at that meeting).
 Ranked = tuple[GiverRank, int, QueueState, QueueState]
-# The order of ranked givers, and the leaf of one.
+# The order of ranked givers.
 _ORDER = itemgetter(0, 1)
-_LEAF = itemgetter(2)
 _STAMP = attrgetter("stamp")
 
 
@@ -224,9 +225,10 @@ class Reclaim:
         )
 
     def _victims(self, candidate: Candidate, reach: int, by_node: bool = False) -> NextVictim:
-        """Victims for a reclaim, one at a time: the first unit of the most over-served
-        queue that may give. `by_node`: only units with a task on one node at a time, the
-        nodes with the most GPUs free or held by queues that may give first."""
+        """Victims for a reclaim, one at a time: the first unit of the first queue that
+        may give, in the order of `GiverRank`. `by_node`: only units with a task on one
+        node at a time, the nodes with the most GPUs free or held by queues that may give
+        first."""
         ws = candidate.workload
         request = candidate.request
         # Below its deserved quota a reclaimer may also take from queues that hold more
@@ -236,14 +238,15 @@ class Reclaim:
         givers = self._givers(ws.queue, request, wanted, reach, guaranteed)
         targets: list[int | None] = [None]
         if by_node:
-            targets = self._targets(ws, {leaf.name for leaf in givers()})
+            targets = self._targets(ws, {entry[2].name for entry in givers()})
 
         def next_victim() -> Unit | None:
             ranked = givers()
             while targets:
-                for leaf in ranked:
-                    unit = self.victims.first_unit(leaf, ws, None, targets[0])
+                for at, entry in enumerate(ranked):
+                    unit = self.victims.first_unit(entry[2], ws, None, targets[0])
                     if unit is not None:
+                        self._note_priority(unit, entry, ranked[at + 1 :])
                         return unit
                 targets.pop(0)
                 # Units passed over for being on another node may be on the next one.
@@ -259,11 +262,11 @@ class Reclaim:
         wanted: tuple[int, ...],
         reach: int,
         guaranteed: int,
-    ) -> Callable[[], list[QueueState]]:
+    ) -> Callable[[], list[Ranked]]:
         """The leaves that may give to a reclaimer of `queue` that stays within its fair
         share up to `reach` queues of its path and within its deserved quota up to
-        `guaranteed`, as a function that ranks them as they stand when called: the most
-        over-served first (see `GiverRank`).
+        `guaranteed`, as a function that ranks them as they stand when called: among those
+        over their fair share, the lowest queue priority first (see `GiverRank`).
 
         A victim's branch must split from the reclaimer's at an ancestor below which the
         reclaimer stays within its fair share (the root counts when all of it does): the
@@ -278,10 +281,10 @@ class Reclaim:
         if reach >= len(path):
             parts.append((self._group(None, wanted, len(path) <= guaranteed), path[-1]))
 
-        def ranked() -> list[QueueState]:
+        def ranked() -> list[Ranked]:
             if len(parts) == 1:
                 group, own = parts[0]
-                return [entry[2] for entry in group.ranked(request) if entry[3] is not own]
+                return [entry for entry in group.ranked(request) if entry[3] is not own]
             entries = [
                 entry
                 for group, own in parts
@@ -289,7 +292,7 @@ class Reclaim:
                 if entry[3] is not own
             ]
             entries.sort(key=_ORDER)
-            return list(map(_LEAF, entries))
+            return entries
 
         return ranked
 
@@ -308,6 +311,21 @@ class Reclaim:
                     members.append((position, leaf, leaf.path[: leaf.path.index(top)]))
             group = self._groups[key] = _Givers(members, wanted, guarantee, self._name_key)
         return group
+
+    def _note_priority(self, unit: Unit, giver: Ranked, after: list[Ranked]) -> None:
+        """When queue priority decided that `giver` gives before a queue of its tier that
+        holds victims and is further over its fair share, tell the victim search which
+        two queues' priorities decided."""
+        tier, priorities, *rest = giver[0]
+        for other in after:
+            other_tier, other_priorities, *other_rest = other[0]
+            if other_tier != tier:
+                break
+            if other_priorities > priorities and other_rest < rest:
+                levels = _deciding_levels(giver, other)
+                if levels is not None and self.victims.holds_victims(other[2]):
+                    self.victims.note_lower_priority(unit, *levels)
+                    return
 
     def _targets(self, ws: WorkloadState, givers: set[str]) -> list[int | None]:
         """Nodes the workload may use where preemptible work of the queues in `givers`
@@ -334,6 +352,20 @@ class Reclaim:
         return key
 
 
+def _deciding_levels(lower: Ranked, higher: Ranked) -> tuple[QueueState, QueueState] | None:
+    """The queues of two givers' paths, top-down from where each meets the reclaimer,
+    at the first level where their priorities differ (None when one path's priorities
+    begin the other's)."""
+    paths = []
+    for _, _, leaf, branch in (lower, higher):
+        path = leaf.path
+        paths.append(path[path.index(branch) :: -1])
+    for mine, theirs in zip(*paths, strict=False):
+        if mine.priority != theirs.priority:
+            return mine, theirs
+    return None
+
+
 class _Givers:
     """The leaves below one queue (or every leaf), ranked as givers of some resources to
     the reclaimers that meet them at that queue, by their path below it. A leaf is ranked
@@ -349,6 +381,7 @@ class _Givers:
         "_name_key",
         "_order",
         "_positions",
+        "_priorities",
         "_ranks",
         "_wanted",
     )
@@ -366,6 +399,10 @@ class _Givers:
         self._positions = [position for position, _, _ in members]
         self._leaves = [leaf for _, leaf, _ in members]
         self._levels = [levels for _, _, levels in members]
+        # Queue priorities do not change in a cycle: each path's, top-down, once.
+        self._priorities = [
+            tuple(level.priority for level in reversed(levels)) for levels in self._levels
+        ]
         self._flat = all(len(levels) == 1 for levels in self._levels)
         self._wanted = wanted
         self._guarantee = guarantee
@@ -392,7 +429,7 @@ class _Givers:
                 if before is not None:
                     del order[bisect_left(order, before)]
                 leaf, levels = self._leaves[index], self._levels[index]
-                rank = self._rank(leaf, levels, request)
+                rank = self._rank(leaf, levels, self._priorities[index], request)
                 if rank is None:
                     ranks[index] = None
                 else:
@@ -402,7 +439,11 @@ class _Givers:
         return self._order
 
     def _rank(
-        self, leaf: QueueState, levels: list[QueueState], request: Request
+        self,
+        leaf: QueueState,
+        levels: list[QueueState],
+        priorities: tuple[int, ...],
+        request: Request,
     ) -> GiverRank | None:
         """The leaf's rank as a giver, or None when it may not give."""
         wanted = self._wanted
@@ -411,7 +452,7 @@ class _Givers:
             return None
         return (
             tier,
-            levels[-1].priority,
+            priorities,
             -served_ratio(leaf, request),
             -leaf.alloc[GPU],
             self._name_key(leaf),

@@ -65,15 +65,27 @@ class RayNodes:
         return str(self.cluster.address)
 
     def add(self, name: str, rack: str, gpus: int = GPUS) -> Any:
-        node = self.cluster.add_node(
-            num_cpus=1,
-            node_ip_address=f"127.0.0.{self.next_ip}",
-            resources={"corral_virtual_gpus": gpus},
-            labels={"corral.io/name": name, "corral.io/rack": rack},
-        )
-        self.next_ip += 1
-        self.workers[name] = node
-        return node
+        for attempt in (1, 2):
+            address = f"127.0.0.{self.next_ip}"
+            self.next_ip += 1
+            try:
+                node = self.cluster.add_node(
+                    num_cpus=1,
+                    node_ip_address=address,
+                    resources={"corral_virtual_gpus": gpus},
+                    labels={"corral.io/name": name, "corral.io/rack": rack},
+                )
+            except Exception as error:
+                # Ray gives a raylet 30 s to register, which a loaded 2-core machine may
+                # not grant: that one is killed (it must not join later under the same
+                # name) and another node started, at the next address.
+                if attempt == 2 or "timed out during startup" not in str(error):
+                    raise
+                kill_node_processes(address)
+                continue
+            self.workers[name] = node
+            return node
+        raise AssertionError("unreachable")
 
     def remove(self, name: str) -> None:
         self.cluster.remove_node(self.workers.pop(name), allow_graceful=False)
@@ -86,6 +98,19 @@ class RayNodes:
             if actor["namespace"] == namespace:
                 with contextlib.suppress(Exception):
                     ray.kill(ray.get_actor(actor["name"], namespace=namespace))
+
+
+def kill_node_processes(address: str) -> None:
+    """SIGKILL the processes of the Ray node started at `address` (each node of the tests
+    has an address of its own)."""
+    marks = (f"--node_ip_address={address}".encode(), f"--node-ip-address={address}".encode())
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            if any(mark in command for mark in marks):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 @dataclass

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench sdk-types clean
+.PHONY: run test check lint typecheck unit fast bench sdk-types clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,10 +23,13 @@ run: $(STAMP)
 
 # The type check runs beside the tests, its output printed after theirs: it takes 45 s of
 # one core, and while the tests keep both cores busy it costs them about half of that.
+# `make test` runs every tier (the `unit` target), `make check` the fast ones (`fast`).
 TYPECHECK_LOG := .typecheck.log
-test: lint
+test: TESTS := unit
+check: TESTS := fast
+test check: lint
 	@$(MAKE) --no-print-directory typecheck >$(TYPECHECK_LOG) 2>&1 & check=$$!; \
-	$(MAKE) --no-print-directory unit; status=$$?; \
+	$(MAKE) --no-print-directory $(TESTS); status=$$?; \
 	wait $$check; check_status=$$?; \
 	echo "--- typecheck (exit $$check_status)"; cat $(TYPECHECK_LOG); rm -f $(TYPECHECK_LOG); \
 	test $$status = 0 && test $$check_status = 0
@@ -58,6 +61,11 @@ unit: $(STAMP)
 	wait $$ray; ray_status=$$?; \
 	echo "--- tests/ray (exit $$ray_status)"; cat $(RAY_LOG); rm -f $(RAY_LOG); \
 	test $$status = 0 && test $$ray_status = 0
+
+# The tiers of tests that start no corral process, database server, browser or Ray
+# (tests/conftest.py): they keep the cores busy themselves, so one worker a core.
+fast: $(STAMP)
+	$(BIN)/pytest -q -n 2 -m "unit or server"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_scale.py

@@ -261,7 +261,8 @@ def strays_found(up: CorralUp) -> int:
 
 def test_chaos_kill_9_at_random_moments(tmp_path: Path) -> None:
     rng = random.Random(SEED)
-    up = CorralUp(tmp_path / "corral", GPUS)
+    # The kept snapshot and state are checked against the store every cycle.
+    up = CorralUp(tmp_path / "corral", GPUS, env={"CORRAL_VERIFY_SNAPSHOTS": "1"})
     clients = Clients(up, SEED)
     tally = inv.Tally()
     violations: list[str] = []

@@ -17,9 +17,10 @@ cycle loads only the work that started, stopped or changed.
 Every `USAGE_SECONDS` the loop also brings the queues' decayed usage up to date in the
 store (time-decayed fair share, `corral.store.queue_usage`) from what is bound, and
 gives the usage shares to every snapshot until the next time.
-With `CORRAL_VERIFY_SNAPSHOTS=1` in the environment (the tests set it) every incremental
-snapshot is compared with a full read and every cycle's decisions with a fresh
-`engine.schedule()`, and a difference fails the cycle.
+With `CORRAL_VERIFY_SNAPSHOTS=1` in the environment (tests/chaos and
+tests/agent/test_verified_snapshots.py set it) every incremental snapshot is compared with
+a full read and every cycle's decisions with a fresh `engine.schedule()`, and a difference
+fails the cycle.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint typecheck unit fast bench sdk-types clean
+.PHONY: run test check lint typecheck suite fast bench sdk-types clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,9 +23,9 @@ run: $(STAMP)
 
 # The type check runs beside the tests, its output printed after theirs: it takes 45 s of
 # one core, and while the tests keep both cores busy it costs them about half of that.
-# `make test` runs every tier (the `unit` target), `make check` the fast ones (`fast`).
+# `make test` runs every tier (`suite`), `make check` the fast ones (`fast`).
 TYPECHECK_LOG := .typecheck.log
-test: TESTS := unit
+test: TESTS := suite
 check: TESTS := fast
 test check: lint
 	@$(MAKE) --no-print-directory typecheck >$(TYPECHECK_LOG) 2>&1 & check=$$!; \
@@ -52,7 +52,7 @@ typecheck: $(STAMP)
 # their schedulers, agents, CLI commands), and where PYTHONDONTWRITEBYTECODE is set (CI)
 # each of them compiled every module it imported again (0.3-0.5 s of CPU per server).
 RAY_LOG := .ray-tests.log
-unit: $(STAMP)
+suite: $(STAMP)
 	@$(BIN)/python -m compileall -q src
 	@command -v chromium >/dev/null 2>&1 || echo "note: chromium is missing, so the" \
 		"dashboard tests are skipped (install it: sudo apt-get install chromium)"
@@ -70,7 +70,7 @@ fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_scale.py
 
-# corral.sdk.types is generated from the API; `make unit` fails when it is out of date.
+# corral.sdk.types is generated from the API; `make test` and `make check` fail when it is out of date.
 sdk-types: $(STAMP)
 	$(BIN)/python -m corral.server.typegen
 

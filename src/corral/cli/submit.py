@@ -351,7 +351,7 @@ def submit_command(
             _note_left_out(left_out)
             return
         with connect() as client:
-            body["project"] = project or _own_project(client, "-p/--project")
+            body["project"] = project or own_project(client, "-p/--project")
             workload = client.submit(body)
     _submitted(workload)
     _note_left_out(left_out)
@@ -419,7 +419,7 @@ def _priority(text: str) -> str | int:
     return text if text in PRIORITY_CLASSES else int(text)
 
 
-def _own_project(client: Client, flag: str) -> str:
+def own_project(client: Client, flag: str) -> str:
     """The logged-in member's project, for when the user gives none: their only one."""
     user = client.whoami()
     if user["project"] is None:
@@ -465,7 +465,7 @@ def apply_command(
         with connect() as client:
             default = project
             if default is None and any("project" not in doc for doc in documents):
-                default = _own_project(client, "-p/--project")
+                default = own_project(client, "-p/--project")
             bodies = [{"project": default, **_secrets_listed(doc)} for doc in documents]
             try:
                 if len(bodies) == 1:

@@ -98,9 +98,9 @@ def create_command(
         }
         with connect() as client:
             if project is None:
-                from corral.cli.submit import _own_project
+                from corral.cli.submit import own_project
 
-                project = _own_project(client, "-p/--project")
+                project = own_project(client, "-p/--project")
             body["project"] = project
             created = client.submit(body)
             typer.echo(f"Created workspace {created['name']} in {created['project']}.")

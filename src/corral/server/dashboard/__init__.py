@@ -3,6 +3,16 @@
 `install(app)` adds the pages at /, the login at /login and the static files at /ui/static.
 """
 
-from corral.server.dashboard.routes import install
+from fastapi import FastAPI
+
+from corral.server.dashboard import routes, workspaces
+from corral.server.routes import serve
 
 __all__ = ["install"]
+
+
+def install(app: FastAPI) -> None:
+    """Serve the dashboard from `app`: pages at /, their scripts' API bridge at /ui/api,
+    and the workspace pages (which build on the pages' login, never the other way)."""
+    serve(app, routes.router)
+    serve(app, workspaces.router)

@@ -12,14 +12,14 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 import plotly
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 import corral.server.dashboard.pages as pages
 import corral.server.dashboard.views as views
 from corral.server.dashboard.apiclient import ApiClient, ApiError, together
-from corral.server.routes import PrefixedRoute, serve
+from corral.server.routes import PrefixedRoute
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -236,11 +236,3 @@ def static(name: str) -> Response:
             headers={"Cache-Control": "public, max-age=31536000, immutable"},
         )
     return JSONResponse({"detail": "no such file"}, status_code=404)
-
-
-def install(app: FastAPI) -> None:
-    """Serve the dashboard from `app`: pages at /, their scripts' API bridge at /ui/api."""
-    from corral.server.dashboard.workspaces import router as workspaces
-
-    serve(app, router)
-    serve(app, workspaces)

@@ -50,6 +50,7 @@ from corral.scenario.types import (
     Scenario,
 )
 from corral.scenario.yamlio import BoundedLoader, YamlLimitError, read_text
+from corral.spec.limits import MAX_REPLICAS, MAX_TASK_GROUPS, gpu_problem, tasks_problem
 
 _TOP_FIELDS = ("name", "description", "scheduler", "run", "nodes", "queues", "workloads", "expect")
 _SCHEDULER_FIELDS = ("placement", "gpu_placement", "actions")
@@ -104,10 +105,10 @@ _ANY_NODE = "any"
 
 _SHORTHAND = re.compile(r"(\d+)x(\d+(?:\.\d+)?)")
 _BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-# As the API allows: more devices on a node, tasks in a group or cycles in a run would
-# make plan build or run that much, for minutes and gigabytes, from a two-line file.
+# More devices on a node or cycles in a run would make plan build or run that much, for
+# minutes and gigabytes, from a two-line file. A workload's tasks are bounded as the API
+# bounds them (corral.spec.limits).
 _MOST_GPUS = 1024
-_MOST_REPLICAS = 1024
 _MOST_CYCLES = 1000
 _MEMORY_HINT = "write memory with a binary unit: 512MiB, 64GiB, 1TiB"
 
@@ -416,6 +417,9 @@ def _read_workload(
     priority = _given(fields, "priority", path, _priority, _WORKLOAD.priority)
     groups = _read_tasks(fields["tasks"], f"{path}.tasks")
     task_count = sum(group.replicas for group in groups)
+    problem = tasks_problem(task_count)
+    if problem is not None:
+        raise FieldError(f"{path}.tasks", problem)
     min_available = None
     if "min_available" in fields:
         min_available = _integer(fields["min_available"], f"{path}.min_available")
@@ -513,8 +517,8 @@ def _read_tasks(value: object, path: str) -> tuple[TaskGroup, ...]:
         replicas = int(match[1])
         if replicas < 1:
             raise FieldError(path, f'"{value}" has no tasks: REPLICAS must be at least 1')
-        if replicas > _MOST_REPLICAS:
-            raise FieldError(path, f'"{value}" has more than {_MOST_REPLICAS} tasks')
+        if replicas > MAX_REPLICAS:
+            raise FieldError(path, f'"{value}" has more than {MAX_REPLICAS} tasks')
         gpu = float(match[2])
         _check_gpu(gpu, path)
         return (TaskGroup(replicas=replicas, gpu=gpu),)
@@ -522,6 +526,8 @@ def _read_tasks(value: object, path: str) -> tuple[TaskGroup, ...]:
         raise FieldError(
             path, f"must be REPLICASxGPUS or a non-empty list of task groups, not {_kind(value)}"
         )
+    if len(value) > MAX_TASK_GROUPS:
+        raise FieldError(path, f"at most {MAX_TASK_GROUPS} task groups, not {len(value)}")
     groups: list[TaskGroup] = []
     for index, item in enumerate(value):
         group_path = f"{path}[{index}]"
@@ -545,7 +551,7 @@ def _read_tasks(value: object, path: str) -> tuple[TaskGroup, ...]:
                     fields.get("replicas", 1),
                     f"{group_path}.replicas",
                     minimum=1,
-                    maximum=_MOST_REPLICAS,
+                    maximum=MAX_REPLICAS,
                 ),
                 gpu=gpu,
                 gpu_memory=gpu_memory,
@@ -563,6 +569,9 @@ def _check_gpu(gpu: float, path: str) -> None:
             f"{format_gpus(gpu)} GPUs is not whole: a task takes a fraction of one GPU "
             "(below 1) or whole GPUs",
         )
+    problem = gpu_problem(gpu)
+    if problem is not None:
+        raise FieldError(path, problem)
 
 
 def _read_selector(value: object, path: str) -> dict[str, tuple[str, ...]]:

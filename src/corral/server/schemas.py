@@ -30,6 +30,12 @@ from corral.model.durations import parse_duration
 from corral.model.spec import Device, NodeSpec, PortSpec, WorkloadSpec
 from corral.server.accounts import is_root_account
 from corral.server.rules import RuleOut, RulesIn
+from corral.spec.limits import (
+    MAX_REPLICAS,
+    MAX_TASK_GROUPS,
+    gpu_problem,
+    tasks_problem,
+)
 from corral.store.records import UserRecord
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -389,7 +395,7 @@ class QueueOut(BaseModel):
 
 class TaskGroupIn(Body):
     name: Name = "worker"
-    replicas: int = Field(1, ge=1, le=1024)
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     gpu: Amount = 0.0
     gpu_memory: Memory | None = None
     cpu: Amount = 0.0
@@ -398,10 +404,9 @@ class TaskGroupIn(Body):
     @field_validator("gpu")
     @classmethod
     def _whole_or_fraction(cls, value: float) -> float:
-        if value >= 1 and value != int(value):
-            raise ValueError("a GPU request of 1 or more must be a whole number of devices")
-        if value > 64:
-            raise ValueError("at most 64 GPUs per task")
+        problem = gpu_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("gpu_memory", "memory")
@@ -458,7 +463,7 @@ class PortOut(BaseModel):
 class WorkloadIn(Body):
     name: Name | None = Field(None, description="generated from the project when left out")
     project: Name
-    tasks: list[TaskGroupIn] = Field(min_length=1, max_length=16)
+    tasks: list[TaskGroupIn] = Field(min_length=1, max_length=MAX_TASK_GROUPS)
     priority: str | int = "train"
     preemptible: bool | None = Field(None, description="default: true below priority 100")
     min_available: int | None = Field(None, ge=1)
@@ -581,8 +586,9 @@ class WorkloadIn(Body):
     @model_validator(mode="after")
     def _min_available(self) -> WorkloadIn:
         total = sum(group.replicas for group in self.tasks)
-        if total > 4096:
-            raise ValueError("at most 4096 tasks in one workload")
+        problem = tasks_problem(total)
+        if problem is not None:
+            raise ValueError(problem)
         if self.min_available is not None and self.min_available > total:
             raise ValueError(f"min_available {self.min_available} is more than the {total} tasks")
         names = [group.name for group in self.tasks]

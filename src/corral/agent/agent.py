@@ -291,9 +291,12 @@ class Agent:
                         self._leftovers.append(task.cgroup)
                 if outcome is not None:
                     del self._tasks[key]
-                    self.walls.open_ports(task.launch)
                     ended.append((task, *outcome))
                     self.sessions.stop_workload(task.launch.workload)
+        # Outside the lock (nft runs as a command): a port given to a task started since
+        # is walled under that task's name, which opening this one's leaves alone.
+        for task, *_ in ended:
+            self.walls.open_ports(task.launch)
         self._report(started, ended)
         self._remove_forgotten()
 

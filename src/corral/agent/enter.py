@@ -29,7 +29,7 @@ from typing import TypeVar
 from corral.agent import namespaces
 from corral.agent.cgroups import TaskCgroup
 from corral.agent.namespaces import CLONE_NEWNS, CLONE_NEWPID, setns
-from corral.agent.process import alive
+from corral.agent.process import alive, stat_fields
 from corral.agent.strays import launcher_option
 
 # How long a session waits for a task that is starting to have its init run its command
@@ -159,8 +159,7 @@ def _parents() -> dict[int, int]:
 
 
 def _parent(stat: bytes) -> int:
-    # The command name (field 2) is in parentheses and may itself contain spaces.
-    return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    return int(stat_fields(os.fsdecode(stat))[1])
 
 
 def _read(path: str, folder: int | None = None) -> bytes:

@@ -15,6 +15,13 @@ from pathlib import Path
 from corral.agent.identity import SAFE_PATH
 
 
+def stat_fields(stat: str) -> list[str]:
+    """The fields of a /proc/PID/stat line after the command name, from the state on
+    (index 1 is the parent's pid, 19 the start time). The command name (field 2) is in
+    parentheses and may itself contain spaces and parentheses."""
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def process_start(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or
     None when there is no such process. With the pid it identifies a process for good:
@@ -23,9 +30,7 @@ def process_start(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # The command name (field 2) is in parentheses and may itself contain spaces.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
+    return int(stat_fields(stat)[19])
 
 
 def started_at(proc_start: int) -> float:
@@ -44,7 +49,7 @@ def alive(pid: int, started: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    fields = stat[stat.rindex(")") + 2 :].split()
+    fields = stat_fields(stat)
     return fields[0] != "Z" and int(fields[19]) == started
 
 

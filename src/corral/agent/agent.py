@@ -119,6 +119,9 @@ class Agent:
         # their tasks runs here (`forget`); and the latest of them, whose launches (sent
         # before the deletion, delivered after it) start nothing.
         self._forgotten: set[str] = set()
+        # Held while they are removed: a tick that returns has left none of them behind,
+        # though another thread's tick took them.
+        self._removing = threading.Lock()
         self._deleted: OrderedDict[str, None] = OrderedDict()
 
     # -- paths ---------------------------------------------------------------------------
@@ -302,18 +305,19 @@ class Agent:
 
     def _remove_forgotten(self) -> None:
         """Remove the files of deleted workloads none of whose tasks runs here any more."""
-        with self._lock:
-            if not self._forgotten:
-                return
-            busy = {task.launch.directory for task in self._tasks.values()}
-            busy |= {stray.directory for stray in self._strays.values()}
-            gone = self._forgotten - busy
-            self._forgotten -= gone
-        for directory in sorted(gone):
-            try:
-                remove_leftovers(self.data_dir, self.workloads_dir, directory)
-            except ValueError as error:
-                log.warning("nothing removed: %s", error)
+        with self._removing:
+            with self._lock:
+                if not self._forgotten:
+                    return
+                busy = {task.launch.directory for task in self._tasks.values()}
+                busy |= {stray.directory for stray in self._strays.values()}
+                gone = self._forgotten - busy
+                self._forgotten -= gone
+            for directory in sorted(gone):
+                try:
+                    remove_leftovers(self.data_dir, self.workloads_dir, directory)
+                except ValueError as error:
+                    log.warning("nothing removed: %s", error)
 
     def _watch_strays(self, now: float, busy: dict[int, float]) -> set[tuple[str, int] | None]:
         """Forget strays that have gone, kill those overdue, and count the devices of the

@@ -53,6 +53,8 @@ MAX_CONTROL = 4096
 SECRET_BYTES = 32
 HANDSHAKE_SECONDS = 5.0
 CLAIM_SECONDS = 15.0
+# How long a relayed connection waits for the other side to close after the last frame.
+LINGER_SECONDS = 5.0
 # At most this many sessions waiting for their connection, and connections that have
 # not yet sent their secret, per node: beyond, new ones are refused.
 MAX_PENDING = 64
@@ -192,6 +194,7 @@ class SessionRelay:
             writer.write(frame(OK))
             await writer.drain()
             await _relay(session, reader, writer)
+            await _linger(reader, writer)
         except (OSError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:
@@ -244,6 +247,22 @@ async def _shut(server: asyncio.Server) -> None:
         task.cancel()
     if others:
         await asyncio.wait(others, timeout=5)
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """End a relayed connection gracefully: send end of stream after the last frame, and
+    read and drop what the other side still sends (input typed after the command ended)
+    until it closes, for LINGER_SECONDS at most. A socket closed with input unread is
+    reset instead, and the other side may then lose the end of the output."""
+    if writer.can_write_eof():
+        writer.write_eof()
+
+    async def drop() -> None:
+        while await reader.read(1 << 16):
+            pass
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(drop(), LINGER_SECONDS)
 
 
 async def _relay(

@@ -223,7 +223,7 @@ def main() -> None:
     with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
         client.post("/queues", json={"name": "bench", "deserved": total_gpus}).raise_for_status()
 
-    loop = app.state.background.loop
+    loop = app.state.control.loop
     cycles: list[float] = []
     passes: list[float] = []
     done = threading.Event()
@@ -238,7 +238,7 @@ def main() -> None:
     def time_reconciler() -> None:
         # The server's own reconciler (beside its monitor's passes), while work runs: it
         # writes the reports received before it reads what the store binds.
-        reconciler = app.state.background.dispatcher
+        reconciler = app.state.control.dispatcher
         assert reconciler is not None
         while not done.wait(2.0):
             begin = time.perf_counter()

@@ -9,7 +9,7 @@ import time
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 
-# The close code of a session whose user lost access (corral.server.workspace_access).
+# The close code of a session whose user lost access (corral.workspaces.access).
 ACCESS_ENDED = 1008
 
 

@@ -20,11 +20,11 @@ from livecorral import kill_everything_of, running, wait_until
 
 from corral.agent import Agent
 from corral.cluster.local import LocalCluster
+from corral.control.dispatch import Dispatcher
+from corral.control.scheduler import SchedulerLoop
 from corral.messages import FENCED, TaskStop
 from corral.model import Decisions, Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
-from corral.server.dispatch import Dispatcher
-from corral.server.scheduler import SchedulerLoop
 from corral.store import Store
 from corral.store.records import Release
 from corral.store.reports import Beat, Ended, Started
@@ -86,7 +86,7 @@ class Plant:
         self.cluster.connect(self.dispatcher)
 
     def changed(self, decisions: Decisions, releases: list[Release]) -> None:
-        # What the server does after a cycle (corral.server.background).
+        # What the server does after a cycle (corral.control.plane).
         self.dispatcher.release(releases)
         self.dispatcher.started(set(decisions.bindings))
 
@@ -102,7 +102,7 @@ class Plant:
         return work[0].tasks[0].pid if work and work[0].tasks[0].state == "running" else None
 
     def suspend(self, name: str) -> None:
-        # What POST /workloads/NAME/suspend does (corral.server.routers.workloads).
+        # What POST /workloads/NAME/suspend does (corral.api.routers.workloads).
         record, releases = self.store.suspend(name, "test")
         self.dispatcher.release(releases, record.spec.grace_period)
 

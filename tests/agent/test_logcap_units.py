@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 from corral.agent.logcap import CappedLog, read_kept
+from corral.api.logs import read_log
 from corral.cluster.log_shipping import Inbox, Outbox
 from corral.model import TaskGroup
 from corral.model.spec import WorkloadSpec
-from corral.server.logs import read_log
 from corral.store.records import WorkloadRecord
 
 CAP = 256 << 10

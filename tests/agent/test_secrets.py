@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from livecorral import CORRAL, PYTHON, CorralUp
 
-from corral.server.dashboard.routes import COOKIE, PAGE_PATHS
+from corral.dashboard.routes import COOKIE, PAGE_PATHS
 
 PRINT_DIGEST = (
     "import hashlib, os; "

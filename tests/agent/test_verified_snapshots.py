@@ -1,6 +1,6 @@
 """The scheduler's kept snapshot and state checked against the store, cycle after cycle, on
 a live `corral up`: the other tests' servers run as corral ships, without the check
-(CORRAL_VERIFY_SNAPSHOTS, corral.server.scheduler); this one and the chaos test turn it on.
+(CORRAL_VERIFY_SNAPSHOTS, corral.control.scheduler); this one and the chaos test turn it on.
 
 Two projects share four virtual GPUs with every kind of work: training that borrows and
 is reclaimed, gangs, fractions, elastic work, interactive work and inference that preempts.

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from corral.server.dashboard import views
+from corral.dashboard import views
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """Honest refusals: what can never run on the cluster is refused at submit with the reason
-(corral.server.admission); what may run once nodes join is accepted and waits."""
+(corral.control.admission); what may run once nodes join is accepted and waits."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 import httpx
 from server_support import Api, unique
 
+from corral.control.admission import never_fits
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import WorkloadSpec
-from corral.server.admission import never_fits
 
 GIB = 1024**3
 

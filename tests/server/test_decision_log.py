@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from server_support import Api, unique, wait_for
 
+from corral.control.decision_log import where
+from corral.dashboard.views import longest_waits, waited
 from corral.model import Placement
-from corral.server.dashboard.views import longest_waits, waited
-from corral.server.decision_log import where
 
 sqlite_only = pytest.mark.parametrize("shared_server", ["sqlite"], indirect=True)
 

@@ -9,11 +9,11 @@ import string
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.api.outputs import json_answer, workload_fields, workload_out
+from corral.api.schemas import WorkloadOut
 from corral.model import Placement, TaskGroup, Topology
 from corral.model.arrays import ArrayMember, Dependency
 from corral.model.spec import PortSpec, WorkloadSpec
-from corral.server.outputs import json_answer, workload_fields, workload_out
-from corral.server.schemas import WorkloadOut
 from corral.store import STATUSES, WorkloadRecord
 from corral.store.records import LostWork
 

@@ -12,8 +12,8 @@ from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 from starlette.routing import Match
 
+from corral.api.routes import PrefixedRoute, serve
 from corral.server.app import create_app
-from corral.server.routes import PrefixedRoute, serve
 from corral.store import Store
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from corral.server import scheduler as scheduler_module
-from corral.server.scheduler import STREAM_REST, SchedulerLoop
+from corral.control import scheduler as scheduler_module
+from corral.control.scheduler import STREAM_REST, SchedulerLoop
 from corral.store import Store
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from server_support import Api, wait_for
 
-CHILD = "corral.server.scheduler_process"
+CHILD = "corral.control.scheduler_process"
 
 
 def children(pid: int) -> list[int]:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from server_support import Api, unique
 
-from corral.server.dashboard.routes import COOKIE, PAGE_PATHS
+from corral.dashboard.routes import COOKIE, PAGE_PATHS
 
 ROLES = ("admin", "viewer", "member", "project-admin")
 # own: submitted by the member; peer: by someone else in the member's project;

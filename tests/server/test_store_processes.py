@@ -14,9 +14,9 @@ from contextlib import contextmanager
 
 import pytest
 
+from corral.control.scheduler import SchedulerLoop
 from corral.model import Decisions, Node, Queue, Resources, Snapshot, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
-from corral.server.scheduler import SchedulerLoop
 from corral.store import Store
 from corral.store.audit import AuditQuery, AuditRecord
 

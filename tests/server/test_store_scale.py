@@ -21,6 +21,9 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 
+from corral.control.dispatch import Dispatcher
+from corral.control.reports import ReportWriter
+from corral.control.scheduler import SchedulerLoop
 from corral.messages import Reports, TaskLaunch, TaskStop
 from corral.model import (
     Decisions,
@@ -33,9 +36,6 @@ from corral.model import (
     Workload,
 )
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
-from corral.server.dispatch import Dispatcher
-from corral.server.reports import ReportWriter
-from corral.server.scheduler import SchedulerLoop
 from corral.store import Store, database
 from corral.store.database import ANALYZE_ROWS
 from corral.store.records import NodeState

@@ -20,11 +20,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, select, text, update
 from sqlalchemy.orm import Session
 
+from corral.api.routers import workloads as workload_routes
+from corral.control.scheduler import SchedulerLoop
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.server.app import create_app
-from corral.server.routers import workloads as workload_routes
-from corral.server.scheduler import SchedulerLoop
 from corral.store import Conflict, Invalid, Store
 from corral.store.schema import NodeRow
 from corral.store.usage import open_allocations
@@ -191,7 +191,7 @@ def test_work_added_while_cycles_write_is_each_scheduled(
     store.create_queue(Queue("team", deserved=Resources(gpu=800)))
     for index in range(10):
         store.register_node(node(f"n{index}", gpus=80))
-    monkeypatch.setattr("corral.server.scheduler.FULL_SNAPSHOT_SECONDS", 3600.0)  # however slow
+    monkeypatch.setattr("corral.control.scheduler.FULL_SNAPSHOT_SECONDS", 3600.0)  # however slow
     loop = SchedulerLoop(store)
     loop.verify = True
     submitting = threading.Event()
@@ -423,7 +423,7 @@ def test_the_kept_snapshot_is_read_again_after_a_while(
     loop.run_cycle()
     loop.run_cycle()
     assert loop.full_snapshots == 1
-    monkeypatch.setattr("corral.server.scheduler.FULL_SNAPSHOT_SECONDS", 0.0)
+    monkeypatch.setattr("corral.control.scheduler.FULL_SNAPSHOT_SECONDS", 0.0)
     loop.run_cycle()
     assert loop.full_snapshots == 2
 

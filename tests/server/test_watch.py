@@ -16,15 +16,15 @@ import pytest
 from fastapi.testclient import TestClient
 from server_support import Api, unique
 
-import corral.server.routers.workloads as workloads_router
-import corral.server.watch as watch
+import corral.api.routers.workloads as workloads_router
+import corral.control.watch as watch
 from corral.agent import Agent
 from corral.cluster.local import LocalCluster
+from corral.control.plane import ControlPlane
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.sdk.client import Client as SdkClient
 from corral.server.app import create_app
-from corral.server.background import Background
 from corral.store import Store
 
 API = "/api/v1"
@@ -79,8 +79,8 @@ class Waiting:
         return self.answer.json()
 
 
-def background_of(client: TestClient) -> Background:
-    found: Background = client.app.state.background  # type: ignore[attr-defined]
+def background_of(client: TestClient) -> ControlPlane:
+    found: ControlPlane = client.app.state.control  # type: ignore[attr-defined]
     return found
 
 

@@ -12,8 +12,8 @@ import pytest
 from anyio import to_thread
 from fastapi.testclient import TestClient
 
+from corral.api.threads import WORKER_THREADS, worker_threads
 from corral.server.app import create_app
-from corral.server.threads import WORKER_THREADS, worker_threads
 from corral.store import Store
 
 CORRAL = str(Path(sys.executable).with_name("corral"))

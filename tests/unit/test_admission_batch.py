@@ -1,5 +1,5 @@
 """A batch's admission check reads the store once, however many workloads it holds, and
-names the first that can never run by its place (corral.server.admission)."""
+names the first that can never run by its place (corral.control.admission)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from corral.control.admission import Admission
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
-from corral.server.admission import Admission
 from corral.store import Invalid, Store
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
+from corral.api.weights import settings_of, weight_reason
+from corral.control.scheduler import SchedulerLoop
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.model.usage import DecayedUsage, advance
-from corral.server.scheduler import SchedulerLoop
-from corral.server.weights import settings_of, weight_reason
 from corral.store import Store
 from corral.store.errors import NotFound
 from corral.store.schema import QueueUsageRow

@@ -3,7 +3,7 @@ size, and a bounded part of a huge one, saying how much it left out."""
 
 from __future__ import annotations
 
-from corral.server.session_audit import MAX_COMMAND, recorded
+from corral.workspaces.session_audit import MAX_COMMAND, recorded
 
 
 def test_a_command_of_common_size_is_kept_whole() -> None:

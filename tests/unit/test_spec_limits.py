@@ -10,8 +10,8 @@ import pydantic
 import pytest
 import yaml
 
+from corral.api.schemas import WorkloadIn
 from corral.scenario import ScenarioError, parse_scenario
-from corral.server.schemas import WorkloadIn
 from corral.spec.limits import MAX_GPUS_PER_TASK, MAX_TASK_GROUPS, MAX_TASKS
 
 # Each case: task groups as both the API and a scenario file write them, and the words

@@ -170,7 +170,7 @@ def test_running_work_is_kept_apart_from_usage() -> None:
 
 def test_wide_queues_and_the_dashboard_show_the_moved_weight() -> None:
     from corral.cli.project import wide_queue_cells
-    from corral.server.dashboard.views import weight_text
+    from corral.dashboard.views import weight_text
 
     queue: dict[str, object] = {
         "over_quota_weight": {"gpu": 2.0, "cpu": 1.0, "memory": 1.0},

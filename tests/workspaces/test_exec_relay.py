@@ -1,6 +1,6 @@
 """The exec relay of a Ray node's agent (corral.cluster.exec_relay), without Ray: real
 commands, a real listener on loopback, and the server's side of the protocol
-(corral.server.exec_remote) speaking to it."""
+(corral.workspaces.exec_remote) speaking to it."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 from ws_support import CORRAL, Server, free_port, wait_until
 
-from corral.server.threads import WORKER_THREADS
+from corral.api.threads import WORKER_THREADS
 from pty_support import Terminal
 
 SERVE = 'exec "$0" -m http.server --bind "$CORRAL_HOST" "$CORRAL_PORT"'

@@ -84,7 +84,7 @@ def reported_errors(ctx: typer.Context) -> Iterator[None]:
 def check_server_environment() -> None:
     """What the server reads from the environment, checked before it starts:
     InvalidInput naming the variable."""
-    from corral.server.threads import worker_threads
+    from corral.api.threads import worker_threads
 
     try:
         worker_threads()

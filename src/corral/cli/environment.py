@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from corral.cli.common import InvalidInput
 
-# The API's rule for a variable's name (corral.server.schemas.ENV_PATTERN).
+# The API's rule for a variable's name (corral.api.schemas.ENV_PATTERN).
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The API takes at most this many variables (WorkloadIn.env).
 _MOST = 1024

@@ -1,6 +1,6 @@
 """`corral exec`, `corral shell` and `corral port-forward`: WebSockets to the server, which
 runs the command beside the task (as its Unix account, in its environment) or connects
-to one of its declared ports (see corral.server.exec_bridge)."""
+to one of its declared ports (see corral.workspaces.exec_bridge)."""
 
 from __future__ import annotations
 

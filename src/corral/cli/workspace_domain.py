@@ -1,5 +1,5 @@
 """`--workspace-domain`, shared by `corral up` and `corral server`: one origin per
-workspace (see corral.server.workspace_origins)."""
+workspace (see corral.workspaces.origins)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ WorkspaceDomain = Annotated[
 def use_workspace_domain(value: str | None) -> None:
     """Check the domain and hand it to the server (which reads it from the environment,
     as it reads its rate limits); InvalidInput for a name that is not a domain."""
-    from corral.server.workspace_origins import check_domain
+    from corral.workspaces.origins import check_domain
 
     if not value:
         os.environ.pop(ENVIRONMENT, None)

@@ -19,7 +19,7 @@ kills it), or when the connection closes (the relay kills it). Everything runs o
 event loop in a thread of the agent's process, with backpressure both ways (a slow reader
 makes the command wait on its pipe, never the loop).
 
-This module does not import Ray; the server side is corral.server.exec_remote.
+This module does not import Ray; the server side is corral.workspaces.exec_remote.
 """
 
 from __future__ import annotations

@@ -295,7 +295,7 @@ class RayCluster:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    # -- optional capabilities (see corral.server.dispatch) -------------------------------
+    # -- optional capabilities (see corral.control.dispatch) -------------------------------
 
     def rendezvous(self, workload: str, attempt: int, node: str) -> tuple[str, int]:
         """Rank 0's node address and a port its agent found free there."""

@@ -1,4 +1,3 @@
-"""The control plane: FastAPI app, auth, scheduler loop.
-
-Nothing is imported here: the scheduler's own process (`corral.server.scheduler_process`)
-imports modules of this package without the application's."""
+"""The server put together: `app` builds the control plane and the application that
+serves the API, the workspaces and the dashboard; `main` runs it (`corral server`,
+`corral up`); `demo` and `typegen` use it."""

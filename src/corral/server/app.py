@@ -1,31 +1,35 @@
-"""The FastAPI application: the REST API under /api/v1 (`corral.server.routers`), its
-errors, the telemetry and the dashboard, with the background work (`Background`) started
-and stopped by its lifespan."""
+"""The server, put together: the control plane (`corral.control`) built once and handed to
+the FastAPI application, which serves the REST API under /api/v1 (`corral.api`), the
+workspaces' proxy and exec (`corral.workspaces`) and the dashboard (`corral.dashboard`),
+and starts and stops the control plane and the audit writer with its lifespan."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
 
+from corral.api.audit import Audit, AuditLog
+from corral.api.body_limit import BodyLimit
+from corral.api.deps import API
+from corral.api.docs import install_api_docs
+from corral.api.errors import install_error_handlers
+from corral.api.nul import RefuseNul
+from corral.api.options import AllowedMethods
+from corral.api.rate_limit import RateLimiter
+from corral.api.routers import ROUTERS
+from corral.api.routers.visibility import install_visibility
+from corral.api.routes import PrefixedRoute, serve
+from corral.api.threads import limit_worker_threads, worker_threads
 from corral.cluster import Cluster
+from corral.control.plane import ControlPlane
+from corral.dashboard import install as install_dashboard
 from corral.model import SchedulerConfig
-from corral.server.api_docs import install_api_docs
-from corral.server.audit import Audit
-from corral.server.background import Background
-from corral.server.body_limit import BodyLimit
-from corral.server.dashboard import install as install_dashboard
-from corral.server.deps import API
-from corral.server.errors import install_error_handlers
-from corral.server.exec_bridge import router as exec_router
-from corral.server.nul import RefuseNul
-from corral.server.options import AllowedMethods
-from corral.server.proxy import install as install_proxy
-from corral.server.rate_limit import RateLimiter
-from corral.server.routers import ROUTERS
-from corral.server.routes import PrefixedRoute, serve
-from corral.server.visibility import install_visibility
 from corral.store import Store
+from corral.workspaces.exec_bridge import router as exec_router
+from corral.workspaces.proxy import install as install_proxy
 
 
 def create_app(
@@ -42,7 +46,7 @@ def create_app(
     """The server application. The scheduler loop, and with a cluster the dispatcher and
     its reconciler, start and stop with it; with `scheduler_process`, the loop runs in a
     process of its own (as `corral server` and `corral up` run it)."""
-    background = Background(
+    control = ControlPlane(
         store,
         config=config,
         cluster=cluster,
@@ -52,30 +56,44 @@ def create_app(
         node_timeout=node_timeout,
         scheduler_process=scheduler_process,
     )
+    audit = AuditLog(store)
+    # Read now, so that a bad CORRAL_WORKER_THREADS stops the server from starting.
+    threads = worker_threads()
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        limit_worker_threads(threads)
+        control.start()
+        try:
+            yield
+        finally:
+            control.stop()
+            audit.stop()
+
     app = FastAPI(
         title="corral",
         version="0.1.0",
         description="GPU cluster scheduler and workload manager",
         openapi_url=f"{API}/openapi.json",
-        # Served by corral.server.api_docs, without a CDN.
+        # Served by corral.api.docs, without a CDN.
         docs_url=None,
         redoc_url=None,
-        lifespan=background.lifespan,
+        lifespan=lifespan,
     )
     # Routes the application makes itself (/metrics) as its routers make theirs.
     app.router.route_class = PrefixedRoute
-    # Read by the handlers' dependencies (corral.server.deps).
+    # Read by the handlers' dependencies (corral.api.deps).
     app.state.store = store
-    app.state.background = background
+    app.state.control = control
     app.add_middleware(AllowedMethods, routes=app.router.routes)
     app.add_middleware(BodyLimit)
     app.add_middleware(RefuseNul)
     # Outermost, so that every write is audited, a refused one (413, 429) too.
-    app.add_middleware(Audit, log=background.audit, limiter=RateLimiter.from_environment())
+    app.add_middleware(Audit, log=audit, limiter=RateLimiter.from_environment())
     install_error_handlers(app)
     for router in ROUTERS:
         serve(app, router)
-    install_visibility(app, store, background.loop)
+    install_visibility(app, store, control.loop)
     install_api_docs(app)
     install_dashboard(app)
     serve(app, exec_router)

@@ -1,5 +1,5 @@
 """The shape of the cluster: every node's size and labels, and the queue tree, without the
-work on them. What a submission is checked against (corral.server.admission), read in two
+work on them. What a submission is checked against (corral.control.admission), read in two
 queries however many workloads run."""
 
 from __future__ import annotations

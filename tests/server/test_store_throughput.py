@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, select, text, update
 from sqlalchemy.orm import Session
 
-from corral.api.routers import workloads as workload_routes
+from corral.api import submit as submitting
 from corral.control.scheduler import SchedulerLoop
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
@@ -501,7 +501,7 @@ def test_a_server_made_name_that_clashes_is_drawn_again(
     prepared(store)
     token = store.ensure_admin()
     draws = iter(["aaaaaa", "aaaaaa", "bbbbbb", *["cccccc"] * 10])
-    monkeypatch.setattr(workload_routes.secrets, "token_hex", lambda _n: next(draws))
+    monkeypatch.setattr(submitting.secrets, "token_hex", lambda _n: next(draws))
     app = create_app(store, run_scheduler=False)
     body = {"project": "team", "tasks": [{"gpu": 1}], "command": ["true"]}
     with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
@@ -515,3 +515,27 @@ def test_a_server_made_name_that_clashes_is_drawn_again(
         last = client.post("/api/v1/workloads", json=body)
         assert last.status_code == 409, last.text
         assert "team-cccccc" in last.json()["detail"]
+
+
+def test_a_batch_draws_its_names_again_but_never_a_name_the_client_chose(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared(store)
+    token = store.ensure_admin()
+    draws = iter(["aaaaaa", "aaaaaa", "bbbbbb", "cccccc", "dddddd"])
+    monkeypatch.setattr(submitting.secrets, "token_hex", lambda _n: next(draws))
+    app = create_app(store, run_scheduler=False)
+    item = {"project": "team", "tasks": [{"gpu": 1}], "command": ["true"]}
+    with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
+        assert client.post("/api/v1/workloads", json=item).json()["name"] == "team-aaaaaa"
+        # The drawn name clashes with the first workload's: drawn again, the chosen kept.
+        both = {"workloads": [item, {**item, "name": "mine"}]}
+        answer = client.post("/api/v1/workloads/batch", json=both)
+        assert answer.status_code == 201, answer.text
+        assert [w["name"] for w in answer.json()] == ["team-bbbbbb", "mine"]
+        # A chosen name that clashes is final: no draw is spent on it, nothing is stored.
+        again = client.post("/api/v1/workloads/batch", json=both)
+        assert again.status_code == 409, again.text
+        assert "'mine'" in again.json()["detail"]
+        assert next(draws) == "dddddd"
+        assert len(client.get("/api/v1/workloads").json()) == 3

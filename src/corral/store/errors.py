@@ -12,7 +12,12 @@ class NotFound(StoreError):
 
 
 class Conflict(StoreError):
-    """The request clashes with the current state: a name taken, a queue in use (HTTP 409)."""
+    """The request clashes with the current state: a name taken, a queue in use (HTTP 409).
+    `names`: the names that clash, where a name taken is the cause."""
+
+    def __init__(self, message: str, names: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.names = names
 
 
 class Invalid(StoreError):

@@ -266,11 +266,11 @@ def _check_submissions(
         queue = queues.get(spec.project)
         missing = sorted({n for n in spec.secrets.values() if (spec.project, n) not in held})
         if spec.name in existing:
-            item.error = Conflict(f"workload {spec.name!r} already exists")
+            item.error = Conflict(f"workload {spec.name!r} already exists", (spec.name,))
         elif (group := spec.array.name if spec.array else spec.name) in claimed:
-            item.error = Conflict(f"{group!r} already names an array or a workload")
+            item.error = Conflict(f"{group!r} already names an array or a workload", (group,))
         elif spec.name in taken:
-            item.error = Conflict(f"workload {spec.name!r} is submitted twice")
+            item.error = Conflict(f"workload {spec.name!r} is submitted twice", (spec.name,))
         elif queue is None:
             item.error = Invalid("project", f"unknown queue {spec.project!r}")
         elif queue in departments:

@@ -7,17 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import secrets
 import time
-from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from corral.api.audit import record_of, written
 from corral.api.deps import (
     API,
     ControlDep,
@@ -26,43 +21,31 @@ from corral.api.deps import (
     User,
     application,
     managed_workload,
-    may_submit,
     readable_projects,
     visible_workload,
 )
 from corral.api.errors import ERRORS
-from corral.api.lifecycle import array_specs, check_after
 from corral.api.logs import read_log
 from corral.api.outputs import json_answer, vars_of, workload_fields, workload_out
 from corral.api.routes import PrefixedRoute
 from corral.api.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
+from corral.api.submit import submit_one, submit_several
 from corral.api.why import explain
 from corral.api.why_depth import deepen
 from corral.api.why_pools import deepen_by_pool
-from corral.control.accounts import require_account
-from corral.control.plane import ControlPlane
 from corral.control.watch import RECHECK_SECONDS
-from corral.model.spec import WorkloadSpec
 from corral.store import (
     FINISHED,
     STATUSES,
-    Conflict,
     EventRecord,
     Invalid,
-    NotFound,
     Store,
     UserRecord,
-    WorkloadRecord,
 )
-from corral.store.audit import AuditRecord
-from corral.store.idempotency import Idempotency, Replayed
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"], route_class=PrefixedRoute)
 # The header of an answer given again for a retried request (Idempotency-Key).
 REPLAYED = {"Idempotent-Replayed": "true"}
-# Draws of a server-made workload name before a clash is reported (each clashes with
-# odds of about n / 16.7 million for n workloads in the project).
-NAME_ATTEMPTS = 5
 
 
 # A retried submission sends the same key: the first answer is given again.
@@ -76,31 +59,6 @@ IdempotencyKey = Annotated[
         "answer instead of submitting again; the same key with another body is 422",
     ),
 ]
-
-
-def idempotency(key: str | None, user: str, body: BaseModel) -> Idempotency | None:
-    """The request's key, with the digest of its body as parsed (so that a retry that
-    formats its JSON differently is still the same request)."""
-    if key is None:
-        return None
-    return Idempotency(user, key, hashlib.sha256(body.model_dump_json().encode()).hexdigest())
-
-
-def replayed(store: Store, replay: Replayed) -> list[WorkloadRecord]:
-    """The workloads of an earlier request with the same key; 422 when it came with
-    another body."""
-    if not replay.same:
-        raise Invalid(
-            "Idempotency-Key",
-            f"{replay.key.key!r} was used within 24 h with a different body; "
-            "send a new key for a new request",
-        )
-    return store.replayed(replay)
-
-
-def drawn_name(project: str) -> str:
-    """A server-made workload name: project-XXXXXX (24 random bits)."""
-    return f"{project}-{secrets.token_hex(3)}"
 
 
 @router.get("/workloads", response_model=list[WorkloadOut])
@@ -126,73 +84,10 @@ async def submit(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     # Async, unlike the other handlers: the writer thread commits submissions in
-    # batches (corral.control.submissions) and wakes the scheduler. The checks that need
-    # the store run in a worker thread, and only when the answer is not in memory.
+    # batches (corral.control.submissions) and wakes the scheduler.
     store, control = application(request)
-    may_submit(current, body.project)
-    require_account(control.cluster, current)
-    spec = body.to_spec(body.name or body.project, current.name)
-    if not control.admission.accepts(spec):
-        await run_in_threadpool(control.admission.check, spec)
-    key = idempotency(idempotency_key, current.name, body)
-    if spec.after:
-        await run_in_threadpool(check_after, store, current, [replace(spec, name="-")])
-    headers = None
-    try:
-        if body.array is not None:
-            record = await run_in_threadpool(submit_array, store, body, current.name, key)
-            control.loop.trigger()
-        else:
-            # The request's audit record is committed with the workload (one
-            # transaction, not two, before the answer).
-            audit = record_of(request.scope, current.name, 201)
-            if body.name is not None:
-                record = await control.submissions.submit(spec, key, audit)
-            else:
-                record = await submit_named(control, spec, key, audit)
-            written(request.scope, audit)
-    except Replayed as replay:
-        found = await run_in_threadpool(replayed, store, replay)
-        if not found:
-            raise NotFound(
-                f"the workload of Idempotency-Key {replay.key.key!r} was deleted"
-            ) from None
-        headers = REPLAYED
-        record = found[0]
-    return json_answer(workload_fields(record), 201, headers)
-
-
-def submit_array(
-    store: Store, body: WorkloadIn, user: str, key: Idempotency | None
-) -> WorkloadRecord:
-    """Submit every member of an array in one transaction; the first member answers. A
-    name drawn here that clashes is drawn again; a name the client chose is final."""
-    if body.name is not None:
-        return store.submit_all(array_specs(body, body.name, user), key)[0]
-    for _ in range(NAME_ATTEMPTS - 1):
-        try:
-            return store.submit_all(array_specs(body, drawn_name(body.project), user), key)[0]
-        except Conflict:
-            continue
-    return store.submit_all(array_specs(body, drawn_name(body.project), user), key)[0]
-
-
-async def submit_named(
-    control: ControlPlane,
-    spec: WorkloadSpec,
-    key: Idempotency | None = None,
-    audit: AuditRecord | None = None,
-) -> WorkloadRecord:
-    """Submit `spec` under a name drawn by the server; on the rare clash with an existing
-    name, draw again."""
-    submissions = control.submissions
-    for _ in range(NAME_ATTEMPTS - 1):
-        try:
-            named = replace(spec, name=drawn_name(spec.project))
-            return await submissions.submit(named, key, audit)
-        except Conflict:
-            continue
-    return await submissions.submit(replace(spec, name=drawn_name(spec.project)), key, audit)
+    record, again = await submit_one(control, store, body, current, request.scope, idempotency_key)
+    return json_answer(workload_fields(record), 201, REPLAYED if again else None)
 
 
 @router.post("/workloads/batch", response_model=list[WorkloadOut], status_code=201)
@@ -200,44 +95,14 @@ def submit_batch(
     body: WorkloadBatchIn,
     current: User,
     store: StoreDep,
-    loop: LoopDep,
     control: ControlDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Submit several workloads in one transaction: all are stored, or none (the
     first that fails a check is named by its place, `workloads[i]`). With an
     Idempotency-Key, a retry gives the first answer again."""
-    for index, item in enumerate(body.workloads):
-        may_submit(current, item.project)
-        if item.array is not None:
-            raise Invalid(
-                "array", "submit an array on its own (POST /workloads)", at=("workloads", index)
-            )
-    require_account(control.cluster, current)
-    # Each item made a spec once; a name the server draws is drawn afresh for each attempt.
-    made = [item.to_spec(item.name or "-", current.name) for item in body.workloads]
-    if any(spec.after for spec in made):
-        check_after(store, current, made)
-    control.admission.check_all(made)
-    key = idempotency(idempotency_key, current.name, body)
-    for attempt in range(NAME_ATTEMPTS):
-        specs = [
-            spec if item.name else replace(spec, name=drawn_name(item.project))
-            for item, spec in zip(body.workloads, made, strict=True)
-        ]
-        try:
-            records = store.submit_all(specs, key)
-            break
-        except Replayed as replay:
-            again = [workload_fields(record) for record in replayed(store, replay)]
-            return json_answer(again, 201, REPLAYED)
-        except Conflict as clash:
-            # A clash of names the client chose is final; of names drawn here, draw again.
-            chosen = [item.name for item in body.workloads if item.name]
-            if attempt == NAME_ATTEMPTS - 1 or any(repr(n) in str(clash) for n in chosen):
-                raise
-    loop.trigger()
-    return json_answer([workload_fields(record) for record in records], 201)
+    records, again = submit_several(control, store, body, current, idempotency_key)
+    return json_answer([workload_fields(r) for r in records], 201, REPLAYED if again else None)
 
 
 # The longest a request may wait for a workload (`until`), in seconds.

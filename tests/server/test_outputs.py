@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.api.outputs import json_answer, workload_fields, workload_out
-from corral.api.schemas import WorkloadOut
+from corral.api.schemas.workloads import WorkloadOut
 from corral.model import Placement, TaskGroup, Topology
 from corral.model.arrays import ArrayMember, Dependency
 from corral.model.spec import PortSpec, WorkloadSpec

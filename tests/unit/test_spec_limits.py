@@ -10,7 +10,7 @@ import pydantic
 import pytest
 import yaml
 
-from corral.api.schemas import WorkloadIn
+from corral.api.schemas.workloads import WorkloadIn
 from corral.scenario import ScenarioError, parse_scenario
 from corral.spec.limits import MAX_GPUS_PER_TASK, MAX_TASK_GROUPS, MAX_TASKS
 

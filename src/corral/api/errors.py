@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.api.options import allowed_methods
-from corral.api.schemas import ErrorOut
+from corral.api.schemas.common import ErrorOut
 from corral.store import Conflict, Invalid, NotFound
 
 log = logging.getLogger("corral.server")

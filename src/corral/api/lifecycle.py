@@ -12,13 +12,8 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from corral.api.deps import visible_workload
-from corral.api.schemas import (
-    Body,
-    LabelKey,
-    LabelValue,
-    WorkloadIn,
-    duration_seconds,
-)
+from corral.api.schemas.common import Body, LabelKey, LabelValue, duration_seconds
+from corral.api.schemas.workloads import WorkloadIn
 from corral.engine.estimate import estimate_start
 from corral.model import resolve_priority
 from corral.model.arrays import ArrayMember, parse_array

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.agent.logcap import marker, read_kept
-from corral.api.schemas import LogOut
+from corral.api.schemas.workloads import LogOut
 from corral.store.records import WorkloadRecord
 
 LOG_CHUNK = 1 << 20

@@ -9,16 +9,9 @@ import orjson
 from starlette.responses import Response
 
 from corral.api.rules import rules_out
-from corral.api.schemas import (
-    Amounts,
-    DeviceOut,
-    NodeOut,
-    QueueOut,
-    QueuePoolOut,
-    TaskOnNodeOut,
-    WeightsOut,
-    WorkloadOut,
-)
+from corral.api.schemas.nodes import DeviceOut, NodeOut, TaskOnNodeOut
+from corral.api.schemas.queues import Amounts, QueueOut, QueuePoolOut, WeightsOut
+from corral.api.schemas.workloads import WorkloadOut
 from corral.api.weights import weight_reason
 from corral.model import Decisions, Queue
 from corral.model.durations import lost_work_phrase

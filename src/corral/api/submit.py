@@ -19,7 +19,7 @@ from starlette.types import Scope
 from corral.api.audit import record_of, written
 from corral.api.deps import may_submit
 from corral.api.lifecycle import array_specs, check_after
-from corral.api.schemas import WorkloadBatchIn, WorkloadIn
+from corral.api.schemas.workloads import WorkloadBatchIn, WorkloadIn
 from corral.control.accounts import require_account
 from corral.control.plane import ControlPlane
 from corral.store import Conflict, Invalid, NotFound, Store, UserRecord, WorkloadRecord

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from corral.api.schemas import HolderOut, WhyOut
+from corral.api.schemas.workloads import HolderOut, WhyOut
 from corral.engine.state import natural_key
 from corral.store import Store
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from corral.api.schemas import HolderOut, WhyOut, WhyQueueOut
+from corral.api.schemas.workloads import HolderOut, WhyOut, WhyQueueOut
 from corral.api.weights import settings_of, weight_reason
 from corral.control.admission import minimum_gang
 from corral.model import Decisions, Queue, QueueStatus

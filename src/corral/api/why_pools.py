@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from corral.api.schemas import HolderOut, WhyOut
+from corral.api.schemas.workloads import HolderOut, WhyOut
 from corral.api.why_depth import deepen
 from corral.engine.pools import queues_in
 from corral.model import Decisions, Queue

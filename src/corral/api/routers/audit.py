@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from corral.api.deps import API, Admin, StoreDep
 from corral.api.errors import ERRORS
 from corral.api.routes import PrefixedRoute
-from corral.api.schemas import AuditOut
+from corral.api.schemas.accounts import AuditOut
 from corral.store.audit import AuditQuery
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["audit"], route_class=PrefixedRoute)

@@ -8,7 +8,7 @@ from starlette.concurrency import run_in_threadpool
 from corral.api.deps import API, LoopDep, StoreDep, User
 from corral.api.errors import ERRORS
 from corral.api.routes import PrefixedRoute
-from corral.api.schemas import ClusterOut
+from corral.api.schemas.nodes import ClusterOut
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["cluster"], route_class=PrefixedRoute)
 # Outside /api/v1 and without a token, for load balancers and supervisors.

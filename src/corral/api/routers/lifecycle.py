@@ -29,7 +29,7 @@ from corral.api.lifecycle import (
 )
 from corral.api.outputs import workload_out
 from corral.api.routes import PrefixedRoute
-from corral.api.schemas import WorkloadOut
+from corral.api.schemas.workloads import WorkloadOut
 from corral.store import STATUSES, NotFound
 from corral.store.history import HISTORY_LIMIT, HistoryQuery
 

@@ -10,7 +10,7 @@ from corral.api.deps import API, Admin, LoopDep, StoreDep, User, readable_projec
 from corral.api.errors import ERRORS
 from corral.api.outputs import node_out
 from corral.api.routes import PrefixedRoute
-from corral.api.schemas import NodeIn, NodeOut
+from corral.api.schemas.nodes import NodeIn, NodeOut
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["nodes"], route_class=PrefixedRoute)
 

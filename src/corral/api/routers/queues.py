@@ -9,7 +9,7 @@ from corral.api.errors import ERRORS
 from corral.api.outputs import queue_out
 from corral.api.routes import PrefixedRoute
 from corral.api.rules import rules_payload
-from corral.api.schemas import QueueIn, QueueOut, QueuePatch
+from corral.api.schemas.queues import QueueIn, QueueOut, QueuePatch
 from corral.api.weights import settings_of
 from corral.control.plane import Loop
 from corral.store import QueueRecord, Store

@@ -13,7 +13,8 @@ from fastapi import APIRouter, Path, Response
 from corral.api.deps import API, StoreDep, User, may_use_secrets
 from corral.api.errors import ERRORS
 from corral.api.routes import PrefixedRoute
-from corral.api.schemas import ENV_PATTERN, SecretIn, SecretOut
+from corral.api.schemas.accounts import SecretIn, SecretOut
+from corral.api.schemas.common import ENV_PATTERN
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["secrets"], route_class=PrefixedRoute)
 SecretPath = Path(pattern=ENV_PATTERN, max_length=63)

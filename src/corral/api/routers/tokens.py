@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Response
 from corral.api.deps import API, StoreDep, User
 from corral.api.errors import ERRORS, Forbidden
 from corral.api.routes import PrefixedRoute
-from corral.api.schemas import TokenInfoOut
+from corral.api.schemas.accounts import TokenInfoOut
 from corral.store import NotFound
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["users"], route_class=PrefixedRoute)

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Response
 from corral.api.deps import API, Admin, StoreDep, User
 from corral.api.errors import ERRORS
 from corral.api.routes import PrefixedRoute
-from corral.api.schemas import MembershipIn, TokenIn, TokenOut, UserIn, UserOut
+from corral.api.schemas.accounts import MembershipIn, TokenIn, TokenOut, UserIn, UserOut
 from corral.store import Conflict
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["users"], route_class=PrefixedRoute)

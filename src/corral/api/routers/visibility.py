@@ -21,7 +21,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 
 from corral.api.deps import API, StoreDep, User, readable_projects, visible_workload
 from corral.api.routes import PrefixedRoute, serve
-from corral.api.schemas import ErrorOut
+from corral.api.schemas.common import ErrorOut
 from corral.control.metrics import StateCollector, now_state
 from corral.control.plane import Loop
 from corral.model.durations import parse_duration

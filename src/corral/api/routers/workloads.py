@@ -28,7 +28,14 @@ from corral.api.errors import ERRORS
 from corral.api.logs import read_log
 from corral.api.outputs import json_answer, vars_of, workload_fields, workload_out
 from corral.api.routes import PrefixedRoute
-from corral.api.schemas import EventOut, LogOut, WhyOut, WorkloadBatchIn, WorkloadIn, WorkloadOut
+from corral.api.schemas.workloads import (
+    EventOut,
+    LogOut,
+    WhyOut,
+    WorkloadBatchIn,
+    WorkloadIn,
+    WorkloadOut,
+)
 from corral.api.submit import submit_one, submit_several
 from corral.api.why import explain
 from corral.api.why_depth import deepen

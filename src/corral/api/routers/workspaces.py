@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from corral.api.deps import API, StoreDep, User, lists_workspaces, visible_workload
 from corral.api.errors import ERRORS
 from corral.api.routes import PrefixedRoute
-from corral.api.schemas import WorkspaceOut, WorkspacePortOut
+from corral.api.schemas.workloads import WorkspaceOut, WorkspacePortOut
 from corral.store import Store, WorkloadRecord
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["workspaces"], route_class=PrefixedRoute)

@@ -17,8 +17,8 @@ from corral.store.telemetry import (
     record_samples,
     rollup,
     watermarks,
-    workload_samples,
 )
+from corral.store.telemetry_reads import workload_samples
 from corral.store.telemetry_schema import TelemetryHourRow, TelemetryMinuteRow, TelemetryRawRow
 
 DAY = 24 * HOUR

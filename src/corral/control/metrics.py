@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from corral.model import Decisions
 from corral.model.telemetry import Sample, SampleSource
 from corral.store import NodeRecord, QueueRecord, Store
-from corral.store.telemetry import latest_samples
+from corral.store.telemetry_reads import latest_samples
 from corral.store.usage import workload_counts
 
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -33,7 +33,8 @@ from corral.store.queues import queue_row
 from corral.store.records import Release, WorkloadRecord
 from corral.store.schema import QueueRow, WorkloadRow
 from corral.store.tasks import releases, stamped
-from corral.store.telemetry import FRESH, idle_since
+from corral.store.telemetry import FRESH
+from corral.store.telemetry_reads import idle_since
 from corral.store.telemetry_schema import AllocationRow
 
 FIELDS = ("idle_timeout", "max_runtime")

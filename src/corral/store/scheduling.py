@@ -25,7 +25,7 @@ from corral.store.schema import (
     WorkloadRow,
 )
 from corral.store.tasks import group_rows, releases, task_groups_query
-from corral.store.telemetry import idle_workloads
+from corral.store.telemetry_reads import idle_workloads
 from corral.store.usage import insert_placements
 from corral.store.workloads import WORKLOADS
 

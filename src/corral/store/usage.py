@@ -16,7 +16,7 @@ Definitions, over a period [since, until):
 Used and idle come from telemetry, so allocated time without samples counts as neither,
 and samples count only for the time their task held its devices: what a task did before
 its interval opened or after it closed (a grace period to checkpoint) was nobody's
-allocation (corral.store.telemetry.gpu_seconds).
+allocation (corral.store.telemetry_reads.gpu_seconds).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from corral.store.bulk import Rows, chunks, one_of, read_in
 from corral.store.database import Database, json_text
 from corral.store.records import STATUSES
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
-from corral.store.telemetry import GpuSeconds, gpu_seconds
+from corral.store.telemetry_reads import GpuSeconds, gpu_seconds
 from corral.store.telemetry_schema import AllocationRow
 
 UsageKey = Literal["workload", "project", "department", "user"]

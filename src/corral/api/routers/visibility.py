@@ -26,7 +26,7 @@ from corral.control.metrics import StateCollector, now_state
 from corral.control.plane import Loop
 from corral.model.durations import parse_duration
 from corral.store import NotFound, Store
-from corral.store.telemetry import workload_samples
+from corral.store.telemetry_reads import workload_samples
 from corral.store.usage import USAGE_KEYS, UsageKey, series, usage
 
 MAX_POINTS = 10_000

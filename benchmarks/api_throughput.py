@@ -46,6 +46,13 @@ to its last answer (binding meanwhile included), per workload or read; and the s
 the server process alone (the API and its submission writer, one interpreter), as
 `api_cpu_ms_per_submission`, `api_cpu_us_per_batch_workload` and `api_cpu_ms_per_read`.
 On a machine shared with other work the rates move with its load; the CPU time much less.
+
+With --against-bare the same run also starts `api_limit.py` (a bare FastAPI + Pydantic +
+SQLAlchemy endpoint committing one row per request, on the same database kind) and
+measures it with the same clients: `bare_submits_per_second_concurrent`,
+`bare_post_latency_p50_ms`, and the ratios `share_of_bare_rate` (corral's rate over the
+bare one's) and `post_latency_over_bare` (corral's POST p50 over the bare one's). Every
+figure also carries `post_latency_p50_ms`: the POST's own answer time, one client.
 """
 
 from __future__ import annotations
@@ -156,13 +163,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def corral_server(db: str | None) -> Iterator[Server]:
-    """`corral server` on a free port with a temporary data directory."""
+def corral_server(db: str | None, bare: bool = False) -> Iterator[Server]:
+    """`corral server` on a free port with a temporary data directory; with `bare`, the
+    bare endpoint of `api_limit.py` in its place."""
     with tempfile.TemporaryDirectory(prefix="corral-bench-") as directory:
         data_dir = Path(directory)
         port = free_port()
         log = data_dir / "server.log"
         args = [CORRAL, "server", "--data-dir", str(data_dir), "--port", str(port)]
+        if bare:
+            limit = str(Path(__file__).with_name("api_limit.py"))
+            args = [sys.executable, limit, "--data-dir", str(data_dir), "--port", str(port)]
         if db:
             args += ["--db", db]
         with open(log, "wb") as handle:
@@ -184,6 +195,8 @@ def corral_server(db: str | None) -> Iterator[Server]:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"corral server did not start:\n{log.read_text()}")
                 time.sleep(0.1)
+            while not (data_dir / "admin-token").exists():
+                time.sleep(0.05)
             token = (data_dir / "admin-token").read_text().strip()
             yield Server(url, token, process, log)
         finally:
@@ -249,12 +262,14 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def measure_latency(server: Server, samples: int) -> dict[str, float]:
     wall: list[float] = []
+    posted: list[float] = []
     stored: list[float] = []
     polled: list[float] = []
     with server.client() as client:
         for _ in range(samples):
             sent = time.perf_counter()
             name = expect(client.post("/workloads", json=submission()), 201)["name"]
+            posted.append(time.perf_counter() - sent)
             until = {"until": "running", "wait": 30}
             workload = expect(client.get(f"/workloads/{name}", params=until), 200)
             if workload["status"] != "running":
@@ -273,6 +288,7 @@ def measure_latency(server: Server, samples: int) -> dict[str, float]:
                     raise RuntimeError(f"{name} was not bound within 30 s: {workload}")
                 time.sleep(POLL)
     return {
+        "post_latency_p50_ms": 1000 * statistics.median(posted),
         "latency_p50_ms": 1000 * statistics.median(wall),
         "latency_p99_ms": 1000 * percentile(wall, 0.99),
         "store_latency_p50_ms": 1000 * statistics.median(stored),
@@ -408,10 +424,53 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def measure_bare(db: str | None, count: int, samples: int, clients: int) -> dict[str, float]:
+    """The bare endpoint of `api_limit.py` under the same clients: POST latency of one
+    client (p50, httpx as for corral's), then submissions per second of `clients`."""
+    with corral_server(db, bare=True) as server:
+        first_names()
+        posted = []
+        with server.client() as client:
+            for _ in range(samples):
+                sent = time.perf_counter()
+                expect(client.post("/workloads", json=submission()), 201)
+                posted.append(time.perf_counter() - sent)
+
+        def submit(connection: Connection) -> tuple[int, bytes]:
+            return connection.post("/workloads", submission())
+
+        _, took, _ = concurrently(server, count, clients, submit, 201)
+        return {
+            "post_latency_p50_ms": 1000 * statistics.median(posted),
+            "submits_per_second_concurrent": count / took,
+        }
+
+
 def run_backend(
-    backend: str, count: int, samples: int, clients: int, batches: int, batch_size: int
+    backend: str,
+    count: int,
+    samples: int,
+    clients: int,
+    batches: int,
+    batch_size: int,
+    bare: bool = False,
 ) -> dict[str, float]:
     def measure(db: str | None) -> dict[str, float]:
+        figures = measure_corral(db)
+        if bare:
+            limit = measure_bare(db, count, samples, clients)
+            progress(f"{backend}: bare endpoint {limit}")
+            figures["bare_submits_per_second_concurrent"] = limit["submits_per_second_concurrent"]
+            figures["bare_post_latency_p50_ms"] = limit["post_latency_p50_ms"]
+            figures["share_of_bare_rate"] = (
+                figures["submits_per_second_concurrent"] / limit["submits_per_second_concurrent"]
+            )
+            figures["post_latency_over_bare"] = (
+                figures["post_latency_p50_ms"] / limit["post_latency_p50_ms"]
+            )
+        return figures
+
+    def measure_corral(db: str | None) -> dict[str, float]:
         with corral_server(db) as server:
             first_names()
             started = time.perf_counter()
@@ -518,6 +577,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients")
     parser.add_argument("--batches", type=int, default=10, help="batches for the batch figure")
     parser.add_argument("--batch-size", type=int, default=1000, help="workloads per batch")
+    parser.add_argument(
+        "--against-bare",
+        action="store_true",
+        help="also measure api_limit.py's bare endpoint in this run, and the ratios",
+    )
     args = parser.parse_args()
 
     backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
@@ -526,12 +590,30 @@ def main() -> None:
         print(f"{backend}: {args.count} submissions per burst, {args.samples} latency samples",
               file=sys.stderr, flush=True)  # fmt: skip
         results[backend] = run_backend(
-            backend, args.count, args.samples, args.clients, args.batches, args.batch_size
+            backend,
+            args.count,
+            args.samples,
+            args.clients,
+            args.batches,
+            args.batch_size,
+            args.against_bare,
         )
     print(f"machine: {os.cpu_count()} CPUs; clients and server share them")
     for line in table(results, args.clients):
         print(line)
     print("ratio: value / target for rates, target / value for latencies; >= 1x meets it")
+    for backend, figures in results.items():
+        if "share_of_bare_rate" in figures:
+            print(
+                f"{backend} against the bare endpoint (api_limit.py), same clients, this run: "
+                f"{figures['submits_per_second_concurrent']:,.0f} of "
+                f"{figures['bare_submits_per_second_concurrent']:,.0f} submissions/s "
+                f"({figures['share_of_bare_rate']:.0%}; goal >= 50%), POST p50 "
+                f"{figures['post_latency_p50_ms']:.1f} against "
+                f"{figures['bare_post_latency_p50_ms']:.1f} ms "
+                f"({figures['post_latency_over_bare']:.2f}x; goal <= 2x)"
+            )
+    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
         print(
             json.dumps(

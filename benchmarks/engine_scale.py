@@ -31,16 +31,32 @@ measured on their own (`pools_scale.py`): they change the cluster's shape.
 Times are CPU seconds of this process (the machine may be shared: they are the steadier
 figure). The last line with --json is one JSON object with `reclaim_cycle_seconds`,
 `placements_per_second` and `reclaim_cycle_100k_gpus_seconds`.
+
+With --against REF (a tag, branch or commit of this repository) every case runs, in this
+same run, on this tree's engine and on REF's (checked out into a temporary worktree), each
+in a process of its own, interleaved so that both see the same load: REF, this tree, REF,
+this tree, ... `--repeat` times, the best of each counting. It prints the ratios (how many
+times faster this tree is) beside the raw figures and the machine's load average, and
+checks that both made the same decisions (a hash of every binding and eviction); the JSON
+line then carries `against`, the reference's figures, `speedup` per case and
+`decisions_equal`. REF's engine must take the snapshots built here (its `corral.model`).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import random
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 from corral.engine import schedule
 from corral.model import (
@@ -179,6 +195,104 @@ def run_placement(repeat: int, names: Collection[str] = ()) -> tuple[float, int,
     return seconds, placed, len(snapshot.workloads)
 
 
+def decisions_hash(decisions: Decisions) -> str:
+    """A digest of every binding (workload, task, node, devices, share) and eviction."""
+    digest = hashlib.sha256()
+    for workload in sorted(decisions.bindings):
+        for placement in decisions.bindings[workload]:
+            digest.update(repr((workload, placement.task, placement.node)).encode())
+            digest.update(repr((tuple(placement.devices), placement.gpu)).encode())
+    for eviction in sorted(decisions.evictions, key=lambda e: e.workload):
+        digest.update(repr(("evict", eviction.workload, tuple(eviction.tasks))).encode())
+    return digest.hexdigest()[:16]
+
+
+# The cases --against compares: name -> (snapshot maker, what the figure is).
+CASES = ("reclaim", "placement", "reclaim_100k")
+
+
+def case_snapshot(case: str, names: Collection[str]) -> Snapshot:
+    if case == "reclaim":
+        return with_policies(reclaim_snapshot(), names)
+    if case == "placement":
+        return with_policies(placement_snapshot(), names)
+    return with_policies(reclaim_snapshot(25, 2), names)
+
+
+def run_case(case: str, names: Collection[str]) -> dict[str, float | str]:
+    """One cycle of `case` with the engine this process imports: its CPU seconds, the
+    tasks it placed and the hash of its decisions."""
+    snapshot = case_snapshot(case, names)
+    seconds, decisions = best_cycle(snapshot, 1)
+    placed = sum(len(placements) for placements in decisions.bindings.values())
+    return {"seconds": seconds, "placed": placed, "hash": decisions_hash(decisions)}
+
+
+@contextmanager
+def checked_out(ref: str) -> Iterator[Path]:
+    """REF of this repository in a temporary worktree, removed afterwards."""
+    repo = Path(__file__).resolve().parents[1]
+    where = Path(tempfile.mkdtemp(prefix="corral-against-")) / "tree"
+    subprocess.run(
+        ["git", "-C", str(repo), "worktree", "add", "--detach", "--quiet", str(where), ref],
+        check=True,
+    )
+    try:
+        yield where
+    finally:
+        subprocess.run(
+            ["git", "-C", str(repo), "worktree", "remove", "--force", str(where)], check=False
+        )
+
+
+def in_process_of_its_own(
+    source: Path, case: str, names: Collection[str]
+) -> dict[str, float | str]:
+    """`run_case` in a fresh interpreter that imports corral from `source` (a src folder)."""
+    command = [sys.executable, __file__, "--case", case, *(f"--policy={n}" for n in sorted(names))]
+    environment = {**os.environ, "PYTHONPATH": str(source)}
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
+    result: dict[str, float | str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def compare(ref: str, repeat: int, names: Collection[str]) -> dict[str, object]:
+    """Every case on REF's engine and this tree's, interleaved; the best of each."""
+    here = Path(__file__).resolve().parents[1] / "src"
+    load_before = os.getloadavg()
+    results: dict[str, dict[str, list[dict[str, float | str]]]] = {}
+    with checked_out(ref) as tree:
+        for case in CASES:
+            runs: dict[str, list[dict[str, float | str]]] = {"ref": [], "here": []}
+            for _ in range(max(repeat, 1)):
+                runs["ref"].append(in_process_of_its_own(tree / "src", case, names))
+                runs["here"].append(in_process_of_its_own(here, case, names))
+            results[case] = runs
+    load_after = os.getloadavg()
+    summary: dict[str, object] = {"against": ref, "repeat": repeat}
+    equal = True
+    for case, runs in results.items():
+        best = {side: min(float(r["seconds"]) for r in found) for side, found in runs.items()}
+        hashes = {str(r["hash"]) for found in runs.values() for r in found}
+        equal = equal and len(hashes) == 1
+        summary[case] = {
+            "ref_seconds": round(best["ref"], 3),
+            "seconds": round(best["here"], 3),
+            "speedup": round(best["ref"] / best["here"], 2),
+            "placed": runs["here"][0]["placed"],
+            "decisions": sorted(hashes),
+        }
+        print(
+            f"{case}: {best['here']:.3f} s here, {best['ref']:.3f} s on {ref}: "
+            f"{best['ref'] / best['here']:.2f}x (best of {repeat} each, interleaved; "
+            f"decisions {'equal' if len(hashes) == 1 else 'DIFFER'})"
+        )
+    summary["decisions_equal"] = equal
+    summary["load_average"] = [round(load_before[0], 2), round(load_after[0], 2)]
+    print(f"load average (1 min) before and after: {load_before[0]:.2f}, {load_after[0]:.2f}")
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -194,10 +308,22 @@ def main() -> None:
         help="turn one policy on (repeatable)",
     )
     parser.add_argument("--all-policies", action="store_true", help="every --policy on")
+    parser.add_argument(
+        "--against", metavar="REF", help="compare with REF's engine in this run (see above)"
+    )
+    parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     names = set(POLICIES if args.all_policies else args.policy)
     if args.time_decay:
         names.add("time-decay")
+    if args.case:  # one case in a process of its own, for --against
+        print(json.dumps(run_case(args.case, names)))
+        return
+    if args.against:
+        summary = compare(args.against, args.repeat, names)
+        if args.json:
+            print(json.dumps(summary))
+        return
 
     reclaim_seconds, evictions = run_reclaim(args.repeat, names=names)
     print(

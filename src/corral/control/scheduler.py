@@ -57,10 +57,9 @@ BUDGET_SECONDS = 0.25
 # and of the write lock, each binding what arrived meanwhile. Much of a cycle's cost is
 # fixed (its round trips to the database, its commit, the lock the submission writer waits
 # for meanwhile); run back to back, one per batch of submissions, cycles bound a few
-# workloads each. On PostgreSQL, `benchmarks/api_throughput.py --count 4000` (16 clients,
-# two runs each, alternated) measured 802, 818 -> 1,010, 1,056 submissions/s, and the
-# server's CPU 1.17, 1.15 -> 0.83, 0.81 ms a submission (SQLite: within the noise). A
-# wake-up after a quiet cycle (a submission waited for alone) is served at once.
+# workloads each, and the API served fewer submissions (docs/control-plane.md gives the
+# measurement). A wake-up after a quiet cycle (a submission waited for alone) is served
+# at once.
 STREAM_REST = 2.0
 # A quiet cluster still gets a cycle this often.
 IDLE_CYCLE_SECONDS = 30.0
@@ -72,7 +71,7 @@ USAGE_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
-class _Kept:
+class _LastCycle:
     """The cluster after the last cycle's decisions, valid at `generation`: its nodes and
     queues, and its workloads by name in the store's order (by id), a dict that the next
     cycle changes where the store changed (in place: a cycle costs what changed)."""
@@ -126,7 +125,7 @@ class SchedulerLoop:
         self.cycles = 0
         self.full_snapshots = 0
         self.verify = os.environ.get("CORRAL_VERIFY_SNAPSHOTS", "") not in ("", "0")
-        self._kept: _Kept | None = None
+        self._kept: _LastCycle | None = None
         # The engine keeps the state of running work from one cycle to the next.
         self._engine = Scheduler()
         # The queues' usage shares (time-decayed fair share), and when they were brought
@@ -298,7 +297,7 @@ class SchedulerLoop:
         workloads = read.workloads
         workloads.update(decided(workloads, decisions))
         snapshot = read.snapshot
-        self._kept = _Kept(
+        self._kept = _LastCycle(
             snapshot.nodes,
             snapshot.queues,
             workloads,

@@ -63,7 +63,7 @@ class _Grant:
     expires: float
 
 
-class _Kept:
+class _Grants:
     """Grants by random key, expiring, at most MAX_KEPT (the oldest go first)."""
 
     def __init__(self) -> None:
@@ -92,8 +92,8 @@ class WorkspaceOrigins:
 
     def __init__(self, domain: str) -> None:
         self.domain = check_domain(domain)
-        self._tickets = _Kept()
-        self._sessions = _Kept()
+        self._tickets = _Grants()
+        self._sessions = _Grants()
 
     @classmethod
     def from_environment(cls) -> WorkspaceOrigins | None:

@@ -202,20 +202,15 @@ def open_dir() -> Iterator[Path]:
 def test_one_bad_workload_fails_alone(cluster: Cluster, open_dir: Path) -> None:
     """Workloads the agent cannot start fail with the reason, within their backoff limit;
     the steady one beside them keeps its process, the node stays ready, the scheduler
-    goes on, and DELETE answers 204 for every one of them."""
+    goes on, and DELETE answers 204 for every one of them. (What the submit pre-flight
+    can see on this machine is refused before: the test after this one.)"""
     up = cluster.up
     steady = up.submit("steady", "team", ["sleep", "300"], gpu=1)
     assert steady["status"] in ("pending", "running")
     up.wait_status("steady", "running")
     [(_, pid)] = wait_until(lambda: up.started_pids("steady"), 30, "steady to start")
-    not_executable = open_dir / "not-executable"
-    not_executable.write_text("#!/bin/sh\necho never\n")
-    not_executable.chmod(0o644)
     bad = {
         "no-such-dir": ({"workdir": "/nonexistent/corral"}, "cannot enter the working directory"),
-        # The data directory exists, but alice may not enter it.
-        "closed-dir": ({"workdir": str(up.data_dir)}, "cannot enter the working directory"),
-        "not-exec": ({"command": [str(not_executable)]}, "Permission denied"),
         "no-program": ({"command": ["corral-no-such-program"]}, "No such file or directory"),
     }
     for name, (fields, _) in bad.items():
@@ -240,6 +235,64 @@ def test_one_bad_workload_fails_alone(cluster: Cluster, open_dir: Path) -> None:
         for name in [*bad, "steady", "after"]:
             assert client.delete(f"/workloads/{name}").status_code == 204
             assert client.delete(f"/workloads/{name}").status_code == 404
+
+
+def test_what_the_account_cannot_reach_is_refused_at_submit(
+    cluster: Cluster, open_dir: Path
+) -> None:
+    """A command that works in the submitter's shell (here root's) but not as the task's
+    account is refused at submit with the reason and the fix, never started: a program
+    behind a private directory (a virtualenv under a 0700 home), a script whose
+    interpreter is, a file alice may not execute, a working directory she cannot enter."""
+    private = open_dir / "home"
+    interpreter = private / "venv" / "bin" / "python"
+    interpreter.parent.mkdir(parents=True)
+    interpreter.write_text('#!/bin/sh\nexec /bin/sh "$@"\n')
+    interpreter.chmod(0o755)
+    private.chmod(0o700)
+    script = open_dir / "train"
+    script.write_text(f"#!{interpreter}\necho trained\n")
+    script.chmod(0o755)
+    not_executable = open_dir / "not-executable"
+    not_executable.write_text("#!/bin/sh\necho never\n")
+    not_executable.chmod(0o644)
+    path = f"{interpreter.parent}:/usr/bin:/bin"
+    refused = {
+        "in-private": (["python", "-c", "pass"], {"env": {"PATH": path}}, "command", str(private)),
+        "interpreter": ([str(script)], {}, "command", f"its interpreter {interpreter}"),
+        "not-exec": ([str(not_executable)], {}, "command", "not executable by it"),
+        # The data directory exists, but alice may not enter it.
+        "closed-dir": (["true"], {"workdir": str(cluster.up.data_dir)}, "workdir", "closed to it"),
+    }
+    for name, (command, fields, field, reason) in refused.items():
+        response = cluster.submit(cluster.alice, name, command, **fields)
+        assert response.status_code == 422, (name, response.text)
+        message = str(response.json()["detail"])
+        assert field in message and reason in message, (name, message)
+        assert cluster.accounts.alice in message and "give the account access" in message
+    with cluster.as_user(cluster.alice) as client:
+        names = {w["name"] for w in client.get("/workloads").json()}
+        batch = client.post(
+            "/workloads/batch",
+            json={
+                "workloads": [
+                    {"project": "team", "tasks": [{"gpu": 0}], "command": ["true"]},
+                    {"project": "team", "tasks": [{"gpu": 0}], "command": [str(script)]},
+                ]
+            },
+        )
+        assert batch.status_code == 422, batch.text
+        [error] = batch.json()["detail"]
+        assert error["loc"] == ["body", "workloads", 1, "command"], error
+        # Nothing of a refused request was stored.
+        assert {w["name"] for w in client.get("/workloads").json()} == names
+    assert not set(refused) & names
+    # Opened to her, the same command is accepted and runs from that interpreter.
+    private.chmod(0o755)
+    response = cluster.submit(cluster.alice, "interpreter-open", [str(script)])
+    assert response.status_code == 201, response.text
+    assert cluster.up.wait_status("interpreter-open")["status"] == "succeeded"
+    assert "trained" in cluster.up.log_text("interpreter-open")
 
 
 def _field(log: str, name: str) -> str:

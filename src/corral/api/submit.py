@@ -20,7 +20,7 @@ from corral.api.audit import record_of, written
 from corral.api.deps import may_submit
 from corral.api.lifecycle import array_specs, check_after
 from corral.api.schemas.workloads import WorkloadBatchIn, WorkloadIn
-from corral.control.accounts import require_account
+from corral.control.accounts import require_account, require_runnable
 from corral.control.plane import ControlPlane
 from corral.store import Conflict, Invalid, NotFound, Store, UserRecord, WorkloadRecord
 from corral.store.idempotency import Idempotency, Replayed
@@ -103,6 +103,7 @@ async def submit_one(
     may_submit(current, body.project)
     require_account(control.cluster, current)
     spec = body.to_spec(body.name or body.project, current.name)
+    require_runnable(control.cluster, current, [spec])
     if not control.admission.accepts(spec):
         await run_in_threadpool(control.admission.check, spec)
     key = idempotency(key_header, current.name, body)
@@ -157,6 +158,7 @@ def submit_several(
     require_account(control.cluster, current)
     # Each item made a spec once; a name the server draws is drawn afresh for each attempt.
     made = [item.to_spec(item.name or "-", current.name) for item in body.workloads]
+    require_runnable(control.cluster, current, made, batch=True)
     if any(spec.after for spec in made):
         check_after(store, current, made)
     control.admission.check_all(made)

@@ -10,10 +10,19 @@ submission from a user without one is refused at once rather than failing on a n
 from __future__ import annotations
 
 import pwd
+from collections.abc import Sequence
 
-from corral.agent.identity import identity_of
+from corral.agent.identity import identity_of, task_environment
+from corral.agent.preflight import cannot_start
+from corral.model.spec import WorkloadSpec
 from corral.store import Invalid, Store
 from corral.store.records import UserRecord
+
+# What to do about a command the task's account cannot execute.
+PREFLIGHT_FIX = (
+    "install it where that account can read it (a virtualenv outside a private home "
+    "directory, say), or give the account access to it"
+)
 
 
 def is_root_account(name: str) -> bool:
@@ -47,6 +56,30 @@ def require_account(cluster: object, user: UserRecord) -> None:
             f"user {user.name!r} runs tasks as the Unix account {user.unix_user!r}, "
             "which does not exist on this machine",
         ) from None
+
+
+def require_runnable(
+    cluster: object, user: UserRecord, specs: Sequence[WorkloadSpec], batch: bool = False
+) -> None:
+    """Refuse (422 naming `command`, or `workdir`) a workload whose tasks' account could not
+    start its command on this machine (see corral.agent.preflight): asked where the agents
+    switch users and share this machine's files (one machine; a transport whose nodes are
+    elsewhere does not say `run_as_submitter`). `batch`: name the workload by its place."""
+    if not getattr(cluster, "run_as_submitter", False) or user.unix_user is None:
+        return
+    try:
+        identity = identity_of(user.unix_user)
+    except LookupError:
+        return  # require_account's refusal
+    for index, spec in enumerate(specs):
+        if "PATH" in spec.secrets:
+            continue  # its PATH is a secret's value, not known here
+        refusal = cannot_start(
+            spec.command, task_environment(spec.env, identity), spec.workdir, identity
+        )
+        if refusal is not None:
+            at = ("workloads", index) if batch else ()
+            raise Invalid(refusal.field, f"{refusal.reason}; {PREFLIGHT_FIX}", at=at)
 
 
 def unix_users(store: Store) -> dict[str, str | None]:

@@ -88,6 +88,11 @@ def test_update_and_estimated_start(admin: Cli, api: httpx.Client) -> None:
     assert "running" in message
     assert "--priority" in admin.fails("update", "next", "--priority", "urgent", code=2)
     assert "give something to change" in admin.fails("update", "next", code=2)
+    both = admin.fails("update", "next", "--node-pool", "a100", "--any-pool", code=2)
+    assert "give --node-pool or --any-pool, not both" in both
+    # (A pool named here would turn pools on for this shared server: only --any-pool.)
+    assert admin.ok("update", "next", "--any-pool") == "Updated next (pending).\n"
+    assert api.get("/workloads/next").json()["node_pools"] == []
 
     starts = admin.json("list", "-p", "upd", "--start")
     assert [s["workload"] for s in starts] == ["next"]

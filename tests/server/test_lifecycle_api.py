@@ -273,3 +273,22 @@ def test_estimated_starts(api: Api) -> None:
     assert abs(starts[after_hour]["estimated_start"] - (started + 3600)) < 1e-3
     assert starts[never]["estimated_start"] is None
     assert "unknown" in starts[never]["why"]
+
+
+def test_a_change_after_which_the_workload_could_never_run_is_refused(api: Api) -> None:
+    """PATCH sees the never-fits check of submit: a node selector that leaves only nodes
+    too small for its tasks is 422 with submit's reason, and nothing changes."""
+    project = api.queue()["name"]
+    big, small = unique("pool"), unique("pool")
+    api.node(big, gpus=2)
+    api.node(small, gpus=1)
+    holder = api.submit(project, big, gpu=2, preemptible=False)["name"]
+    api.wait_status(holder, "running")
+    waiting = api.submit(project, big, gpu=2)["name"]
+    api.wait_considered(waiting)
+    refused = api.admin.patch(f"/workloads/{waiting}", json={"node_selector": {"pool": small}})
+    assert refused.status_code == 422, refused.text
+    assert "has 2 GPUs; the largest has 1" in refused.text, refused.text
+    assert api.workload(waiting)["node_selector"] == {"pool": [big]}
+    accepted = api.admin.patch(f"/workloads/{waiting}", json={"node_selector": {"pool": big}})
+    assert accepted.status_code == 200, accepted.text

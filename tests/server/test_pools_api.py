@@ -59,13 +59,29 @@ def test_pools_through_the_api(live_server: Any) -> None:
         why = api.admin.get(f"/workloads/{nowhere['name']}/why").json()
         assert why["reason"] == "pool h100: no node in pool h100"
 
+        # Pending, its pools change: listed twice is 422 naming the field, and nothing
+        # changes; moved to a pool with room, it starts there.
+        where = f"/workloads/{nowhere['name']}"
+        twice = api.admin.patch(where, json={"node_pools": ["a100", "a100"]})
+        assert twice.status_code == 422 and _names(twice, "node_pools"), twice.text
+        assert api.workload(nowhere["name"])["node_pools"] == ["h100"]
+        moved = api.admin.patch(where, json={"node_pools": ["a100"]})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["node_pools"] == ["a100"]
+        api.wait_status(nowhere["name"], "running")
+        assert api.workload(nowhere["name"])["placements"][0]["node"] == a100["name"]
+        # Running, it keeps its pools.
+        late = api.admin.patch(where, json={"node_pools": []})
+        assert late.status_code == 409, late.text
+
         # The latest cycle's share in each pool.
         def divided() -> dict[str, Any] | None:
             shown = api.admin.get(path).json()["pools"]
-            return shown if shown.get("a100", {}).get("allocated") else None
+            allocated = shown.get("a100", {}).get("allocated") or {}
+            return shown if allocated.get("gpu") == 2 else None
 
         shown = wait_for(divided, "the queue's share by pool")
-        assert shown["a100"]["allocated"]["gpu"] == 1
+        assert shown["a100"]["allocated"]["gpu"] == 2  # the first and the one moved there
         assert shown["default"]["own_quota"] is False
         assert shown["default"]["deserved"]["gpu"] == 1
     finally:

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from corral.api.deps import visible_workload
-from corral.api.schemas.common import Body, LabelKey, LabelValue, duration_seconds
-from corral.api.schemas.workloads import WorkloadIn
+from corral.api.schemas.common import Body, LabelKey, LabelValue, PoolName, duration_seconds
+from corral.api.schemas.workloads import WorkloadIn, distinct_pools
 from corral.engine.estimate import estimate_start
 from corral.model import resolve_priority
 from corral.model.arrays import ArrayMember, parse_array
@@ -68,6 +68,11 @@ class WorkloadPatch(Body):
     backoff_limit: int | None = Field(None, ge=0, le=100)
     grace_period: float | str | None = None
     node_selector: dict[LabelKey, LabelValue | list[LabelValue]] | None = Field(None, max_length=32)
+    node_pools: list[PoolName] | None = Field(
+        None,
+        max_length=16,
+        description="node pools it may run in, in order of preference; empty or null: any",
+    )
     # Fields that never change: named, so that the answer says why.
     name: Any = None
     project: Any = None
@@ -93,6 +98,11 @@ class WorkloadPatch(Body):
         if value is not None and abs(resolve_priority(value)) > 1_000_000:
             raise ValueError("must be between -1000000 and 1000000")
         return value
+
+    @field_validator("node_pools")
+    @classmethod
+    def _node_pools(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else distinct_pools(value)
 
     @field_validator("max_runtime", "grace_period")
     @classmethod
@@ -122,9 +132,25 @@ class WorkloadPatch(Body):
                 key: values if isinstance(values, list) else [values]
                 for key, values in (self.node_selector or {}).items()
             }
+        if "node_pools" in given:
+            changes["node_pools"] = list(self.node_pools or [])
         if not changes:
             raise Invalid("body", "give at least one field to change")
         return changes
+
+    def changed(self, spec: WorkloadSpec) -> WorkloadSpec:
+        """`spec` with the placement fields this patch changes (what the never-fits
+        check needs to see again)."""
+        given = self.model_fields_set
+        if "node_selector" in given:
+            selector = {
+                key: tuple(values) if isinstance(values, list) else (values,)
+                for key, values in (self.node_selector or {}).items()
+            }
+            spec = replace(spec, node_selector=selector)
+        if "node_pools" in given:
+            spec = replace(spec, node_pools=tuple(self.node_pools or ()))
+        return spec
 
 
 class HistoryOut(BaseModel):

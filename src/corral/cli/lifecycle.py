@@ -135,6 +135,17 @@ def update_command(
         str | None,
         typer.Option("--grace-period", metavar="DURATION", help="From SIGTERM to SIGKILL."),
     ] = None,
+    node_pools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--node-pool",
+            metavar="POOL",
+            help="The node pools it may run in, in order of preference (repeatable).",
+        ),
+    ] = None,
+    any_pool: Annotated[
+        bool, typer.Option("--any-pool", help="It may run in every pool again.")
+    ] = False,
 ) -> None:
     """Change a pending or suspended workload (running work cannot change)."""
     with reported_errors(ctx):
@@ -153,6 +164,10 @@ def update_command(
             changes["backoff_limit"] = backoff_limit
         if grace_period is not None:
             changes["grace_period"] = grace_period
+        if node_pools and any_pool:
+            raise InvalidInput("give --node-pool or --any-pool, not both")
+        if node_pools or any_pool:
+            changes["node_pools"] = node_pools or []
         if not changes:
             raise InvalidInput("give something to change, e.g. --priority 100")
         with connect() as client:

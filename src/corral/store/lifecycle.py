@@ -29,6 +29,7 @@ MUTABLE = (
     "backoff_limit",
     "grace_period",
     "node_selector",
+    "node_pools",
 )
 WAITING = ("pending", "suspended")
 # Who cancels a workload whose dependency can no longer be met.

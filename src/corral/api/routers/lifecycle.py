@@ -65,10 +65,13 @@ def update_workload(
     name: str, body: WorkloadPatch, current: User, store: StoreDep, control: ControlDep
 ) -> WorkloadOut:
     """Change a pending or suspended workload: priority, preemptible, max_runtime,
-    backoff_limit, grace_period, node_selector. 409 for work that runs or has ended; 422
-    naming a field that cannot change."""
-    managed_workload(store, current, name)
-    record = store.update_workload(name, body.changes(), current.name)
+    backoff_limit, grace_period, node_selector, node_pools. 409 for work that runs or has
+    ended; 422 naming a field that cannot change, or where the workload could then never
+    run (as at submit)."""
+    found = managed_workload(store, current, name)
+    changes = body.changes()
+    control.admission.check(body.changed(found.spec))
+    record = store.update_workload(name, changes, current.name)
     control.loop.trigger()
     return workload_out(record)
 

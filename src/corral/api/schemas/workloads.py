@@ -41,6 +41,14 @@ from corral.spec.limits import (
 )
 
 
+def distinct_pools(value: list[str]) -> list[str]:
+    """Node pools in order of preference, each once."""
+    twice = sorted({pool for pool in value if value.count(pool) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)}: listed twice")
+    return value
+
+
 class TaskGroupIn(Body):
     name: Name = "worker"
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
@@ -218,10 +226,7 @@ class WorkloadIn(Body):
     @field_validator("node_pools")
     @classmethod
     def _node_pools(cls, value: list[str]) -> list[str]:
-        twice = sorted({pool for pool in value if value.count(pool) > 1})
-        if twice:
-            raise ValueError(f"{', '.join(twice)}: listed twice")
-        return value
+        return distinct_pools(value)
 
     @field_validator("node_selector")
     @classmethod

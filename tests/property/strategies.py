@@ -524,6 +524,75 @@ def cases(draw: st.DrawFn, mode: str | None = None) -> Case:
     return Case(snapshot, draw(configs()), f"{mode}, {origin}")
 
 
+@st.composite
+def churn_cases(draw: st.DrawFn) -> Case:
+    """A cluster that tempts a cycle into an eviction that serves nobody: some GPUs free;
+    a queue at about its deserved quota with more whole-GPU work pending; a queue under
+    its deserved quota whose line starts with a gang too large for the room left, then
+    fractions that would fit in it together. Any room freed by evicting the first queue's
+    work could as well go back to that queue's own pending work."""
+    nodes = tuple(
+        Node(name=f"node{index}", gpus=draw(st.integers(2 if index == 0 else 1, 4)))
+        for index in range(draw(st.integers(1, 2)))
+    )
+    capacity = sum(node.gpus for node in nodes)
+    # GPUs the first queue runs and the second, with one or more left free.
+    held = draw(st.integers(1, capacity - 1))
+    own = draw(st.integers(0, capacity - held - 1))
+    queues = (
+        Queue(name="p0", deserved=Resources(float(held - draw(st.sampled_from((0, 0, 0, 1)))))),
+        Queue(name="p1", deserved=Resources(float(capacity - held))),
+    )
+    placer = SimplePlacer(nodes, queues, draw(st.randoms(use_true_random=False)))
+    workloads: list[Workload] = []
+
+    def whole(name: str, queue: str, replicas: int = 1, gpu: float = 1.0) -> Workload:
+        return Workload(
+            name=name,
+            queue=queue,
+            task_groups=(TaskGroup(replicas=replicas, gpu=gpu),),
+            priority=draw(st.sampled_from((50, 50, 75))),
+            submitted=float(len(workloads)),
+        )
+
+    for queue, count in (("p0", held), ("p1", own)):
+        for _ in range(count):
+            workload = whole(f"w{len(workloads)}", queue)
+            placements = placer.run(workload, 1)
+            if placements is not None:
+                workload = replace(workload, placements=placements)
+            workloads.append(workload)
+    free = capacity - sum(len(workload.placements) for workload in workloads)
+    pending: list[Workload] = []
+    # A gang larger than the room left: as one task of several GPUs, or several tasks.
+    size = free + draw(st.integers(1, 2))
+    gang = draw(st.sampled_from(((size, 1.0), (1, float(size)))))
+    pending.append(whole(f"w{len(workloads)}", "p1", *gang))
+    workloads.append(pending[-1])
+    for _ in range(draw(st.integers(1, 4))):
+        fraction = draw(st.sampled_from((0.25, 0.5, 0.5, 0.75)))
+        workload = whole(f"w{len(workloads)}", "p1", 1, fraction)
+        workloads.append(workload)
+    for _ in range(draw(st.integers(1, 3))):
+        workloads.append(whole(f"w{len(workloads)}", "p0"))
+    # The first queue's pending work may be older than the second's: submitted in any
+    # order, the gang still first in its line.
+    if draw(st.booleans()):
+        later = [workload for workload in workloads if not workload.placements]
+        older = [
+            replace(workload, submitted=-1.0 - index)
+            for index, workload in enumerate(later)
+            if workload.queue == "p0"
+        ]
+        rest = [workload for workload in workloads if workload.queue != "p0" or workload.placements]
+        workloads = rest + older
+    config = SchedulerConfig(
+        placement=draw(st.sampled_from(("binpack", "spread"))),
+        gpu_placement=draw(st.sampled_from(("pack", "spread"))),
+    )
+    return Case(Snapshot(nodes, queues, tuple(workloads)), config, "churn")
+
+
 # -- rendering a case as Python, for reports and regression examples ---------------------
 
 

@@ -20,6 +20,7 @@ from strategies import (
     Case,
     cases,
     changed_quotas,
+    churn_cases,
     gang_problems,
     leaves,
     physical_problems,
@@ -325,6 +326,32 @@ RUNNING_ELASTIC_GROWS_OUT_OF_ITS_RACK = Case(
         (replace(ELASTIC_IN_ONE_RACK, placements=(Placement(0, "node0", (0,), 1.0),)),),
     ),
     SchedulerConfig(actions=("allocate",)),
+    "regression",
+)
+
+
+# Issue 41: p1's gang cannot be placed, so p0's pending job took the free GPU first; then
+# p1's quarter-GPU job reclaimed p0's running job. p0 held one GPU before and after: the
+# eviction only swapped its jobs, where the quarter could have had the free GPU.
+FRACTION_BEHIND_BLOCKED_GANG = Case(
+    Snapshot(
+        nodes=(Node(name="node0", gpus=2),),
+        queues=(Queue(name="p0", deserved=GPU), Queue(name="p1", deserved=GPU)),
+        workloads=(
+            Workload(
+                name="w0",
+                queue="p0",
+                task_groups=(TaskGroup(gpu=1.0),),
+                placements=(Placement(0, "node0", (0,), 1.0),),
+            ),
+            Workload(
+                name="w1", queue="p1", task_groups=(TaskGroup(replicas=2, gpu=1.0),), submitted=1.0
+            ),
+            Workload(name="w2", queue="p1", task_groups=(TaskGroup(gpu=0.25),), submitted=2.0),
+            Workload(name="w3", queue="p0", task_groups=(TaskGroup(gpu=1.0),), submitted=3.0),
+        ),
+    ),
+    SchedulerConfig(),
     "regression",
 )
 
@@ -763,3 +790,61 @@ def test_evictions_change_who_gets_gpus(case: Case) -> None:
         before,
         now,
     )
+
+
+def without_evictions(case: Case, decisions: Decisions) -> Snapshot:
+    """What the cycle could have had without evicting: the snapshot before it, with only
+    the workloads the cycle started pending, after a cycle that only allocates."""
+    started = set(newly_bound(case.snapshot, decisions))
+    workloads = tuple(
+        workload
+        for workload in case.snapshot.workloads
+        if workload.placements or workload.name in started
+    )
+    snapshot = replace(case.snapshot, workloads=workloads)
+    config = replace(case.config, actions=("allocate",))
+    return apply_decisions(snapshot, schedule(snapshot, config))
+
+
+def holdings(snapshot: Snapshot) -> dict[tuple[str, int], list[float]]:
+    """GPU, CPU, memory and tasks running per leaf queue and workload priority."""
+    totals: dict[tuple[str, int], list[float]] = {}
+    for workload in snapshot.workloads:
+        for placement in workload.placements:
+            group = workload.task_group_of(placement.task)
+            held = totals.setdefault((workload.queue, workload.priority), [0.0] * 4)
+            for index, amount in enumerate((placement.gpu, group.cpu, group.memory, 1)):
+                held[index] += amount
+    return totals
+
+
+def assert_evictions_needed(case: Case) -> None:
+    """A cycle that evicts must give some queue at some workload priority more (of a
+    resource, or tasks running) than it could have had without evicting anything: else
+    the evictions only lost work, as when the room they freed went back to their victims'
+    own queue, or the work they were for could have shared room that was free."""
+    decisions, after = run(case)
+    if not any(eviction.action != "consolidate" for eviction in decisions.evictions):
+        return
+    now = holdings(after)
+    instead = holdings(without_evictions(case, decisions))
+    note(f"without evicting: {instead}")
+    nothing = [0.0] * 4
+    assert any(
+        amount > other + TOLERANCE
+        for key, held in now.items()
+        for amount, other in zip(held, instead.get(key, nothing), strict=True)
+    ), (now, instead)
+
+
+@example(FRACTION_BEHIND_BLOCKED_GANG)
+@CYCLE
+@given(churn_cases())
+def test_evictions_are_needed_with_fractions_and_blocked_gangs(case: Case) -> None:
+    assert_evictions_needed(case)
+
+
+@CYCLE
+@given(evicting_cases)
+def test_evictions_are_needed(case: Case) -> None:
+    assert_evictions_needed(case)

@@ -3,7 +3,8 @@ victims that were not needed, and the units victims come in.
 
 An attempt evicts victims one by one in the tentative state until the candidate fits,
 then puts back those whose room it did not need and commits; or, when the victims run
-out first, rolls everything back.
+out first, rolls everything back. Work started earlier in the same cycle may be taken
+off again as a victim too: that is no eviction, since it never ran.
 """
 
 from __future__ import annotations
@@ -109,7 +110,67 @@ class VictimSearch:
         (only units below `below_priority`, and with a task on node `on_node`, when
         given). A workload that has run for less than its queue's min-runtime of the
         kind (preempt when `below_priority` is given, else reclaim) is no victim, though
-        an elastic one may still lose its extra tasks."""
+        an elastic one may still lose its extra tasks.
+
+        Work of `leaf` started earlier in this cycle comes first at its priority: taking
+        it off loses nothing, where evicting running work to make room while the queue's
+        new work takes other room would only swap the one for the other."""
+        found = self._first_running(leaf, ws, below_priority, on_node)
+        start = self._first_start(leaf, ws, below_priority, on_node)
+        if start is not None and (
+            found is None or start.workload.priority <= found[1][0].workload.priority
+        ):
+            return (start, None)
+        if found is None:
+            return None
+        position, unit = found
+        self._resume[leaf.name] = position + 1
+        return unit
+
+    def _first_start(
+        self,
+        leaf: QueueState,
+        ws: WorkloadState,
+        below_priority: int | None,
+        on_node: int | None,
+    ) -> WorkloadState | None:
+        """The first work of `leaf` started in this cycle, in `start_order`, that could
+        make room for `ws` and may be taken off again (`Session.withdrawable`)."""
+        session = self.session
+        starts = session.new_starts.get(leaf.name)
+        if not starts:
+            return None
+        # Work that may never be taken off again leaves the front of the line for good.
+        dead = 0
+        while dead < len(starts) and session.never_withdrawn(starts[dead]):
+            dead += 1
+        del starts[:dead]
+        for other in starts:
+            if below_priority is not None and other.workload.priority >= below_priority:
+                return None
+            if session.withdrawable(other) and self._usable(other, ws, on_node):
+                return other
+        return None
+
+    def _usable(self, victim: WorkloadState, ws: WorkloadState, on_node: int | None) -> bool:
+        """Whether a task of `victim` runs where `ws` may go (on node `on_node`, when
+        given)."""
+        allowed = self.session.placer.allowed_for(ws)
+        by_name = self.session.state.by_name
+        nodes = [by_name[placement.node].index for placement in victim.running.values()]
+        return (allowed is None or any(index in allowed for index in nodes)) and (
+            on_node is None or on_node in nodes
+        )
+
+    def _first_running(
+        self,
+        leaf: QueueState,
+        ws: WorkloadState,
+        below_priority: int | None,
+        on_node: int | None,
+    ) -> tuple[int, Unit] | None:
+        """The first unit of work that ran as the cycle began for `first_unit`, with its
+        position in the queue's units (the search resumes after it once it is taken)."""
         kind = "reclaim" if below_priority is None else "preempt"
         min_runtime = leaf.min_runtime[kind]
         units = self._victim_units(leaf)
@@ -149,8 +210,7 @@ class VictimSearch:
                 by_name[victim.running[task].node].index == on_node for task in running
             ):
                 continue
-            self._resume[leaf.name] = position + 1
-            return unit
+            return position, unit
         self._resume[leaf.name] = len(units)
         return None
 

@@ -9,6 +9,7 @@ eviction.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Iterable, Sequence
 
 from corral.engine.kinds import EVICTED, EvictionKind, Request
@@ -44,6 +45,11 @@ class Session:
         self.evicted: dict[str, str] = {}
         # Workloads evicted or moved this cycle are not victims again in the same cycle.
         self.touched: set[str] = set()
+        # Preemptible workloads that waited as the cycle began and were started in it, by
+        # queue, in the order they would be taken off again (see `start_order`); and the
+        # workloads something was evicted or moved for.
+        self.new_starts: dict[str, list[WorkloadState]] = {}
+        self.served: set[str] = set()
         # True from the end of allocate until work is evicted or moved: meanwhile the
         # state has only filled up, so pending work that did not fit still does not.
         self.settled = False
@@ -136,9 +142,26 @@ class Session:
 
     def record_start(self, ws: WorkloadState, placements: Iterable[Placement]) -> None:
         """Record that tasks of `ws` start this cycle where `placements` say."""
+        if not ws.started and not ws.original and ws.preemptible:
+            insort(self.new_starts.setdefault(ws.queue.name, []), ws, key=start_order)
         for placement in placements:
             ws.started[placement.task] = placement
         self.changes += 1
+
+    def withdrawable(self, ws: WorkloadState) -> bool:
+        """Whether `ws`, started in this cycle, may be taken off again at no cost: it is
+        preemptible, runs only what it started, and nothing was evicted or moved for it
+        (taking it off would waste that)."""
+        return (
+            ws.preemptible
+            and bool(ws.running)
+            and len(ws.running) == len(ws.started)
+            and not self.never_withdrawn(ws)
+        )
+
+    def never_withdrawn(self, ws: WorkloadState) -> bool:
+        """Whether `ws` may not be taken off again for the rest of the cycle."""
+        return not ws.preemptible or ws.name in self.touched or ws.name in self.served
 
     # -- pending work, for consolidate, reclaim and preempt ----------------------------
 
@@ -186,9 +209,24 @@ class Session:
         by: WorkloadState,
         why: str,
     ) -> None:
-        """Record that `tasks` of `ws` were evicted (or moved) for `by`."""
-        self.evictions.append(Eviction(ws.name, tasks, kind, by.name, why))
-        self.evicted[ws.name] = f"{EVICTED[kind]} for {by.name}: {why}"
+        """Record that `tasks` of `ws` were evicted (or moved) for `by`. Work started
+        earlier in this cycle is only taken off again: it loses nothing, so it is no
+        eviction, and it waits without being tried again in this cycle."""
+        if ws.original:
+            self.evictions.append(Eviction(ws.name, tasks, kind, by.name, why))
+            self.evicted[ws.name] = f"{EVICTED[kind]} for {by.name}: {why}"
+        else:
+            for task in tasks:
+                del ws.started[task]
+            ws.reason = f"{EVICTED[kind]} for {by.name} before it started: {why}"
         self.touched.add(ws.name)
+        self.served.add(by.name)
         self.changes += 1
         self.settled = False
+
+
+def start_order(ws: WorkloadState) -> tuple[int, float, str]:
+    """The order in which work started this cycle is taken off again: the lowest priority
+    first, then the newest, then by name."""
+    workload = ws.workload
+    return (workload.priority, -workload.submitted, workload.name)

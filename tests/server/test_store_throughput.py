@@ -21,6 +21,7 @@ from sqlalchemy import event, select, text, update
 from sqlalchemy.orm import Session
 
 from corral.api import submit as submitting
+from corral.api import tokens_cache
 from corral.control.scheduler import SchedulerLoop
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
@@ -433,14 +434,42 @@ def test_the_kept_snapshot_is_read_again_after_a_while(
 
 def test_a_remembered_token_follows_changes_to_its_user(store: Store) -> None:
     store.create_queue(Queue("team"))
-    _, token = store.create_user("bob", "member", "team")
-    found = store.authenticate(token)
+    user, token = store.create_user("bob", "member", "team")
+    cache = tokens_cache.of(store)
+    assert cache.remembered(token) is None
+    found = cache.authenticate(token)
     assert found is not None and found.project == "team"
-    assert store.authenticate(token) == found
+    assert cache.remembered(token) == found == cache.authenticate(token)
     store.delete_queue("team")
-    after = store.authenticate(token)
+    assert cache.remembered(token) is None
+    after = cache.authenticate(token)
     assert after is not None and after.project is None
-    assert store.authenticate(token + "x") is None
+    assert cache.authenticate(token + "x") is None
+    # A revoked token is refused at once.
+    store.revoke_token(store.list_tokens(user.name)[0].id)
+    assert cache.remembered(token) is None
+    assert cache.authenticate(token) is None
+
+
+def test_a_lookup_under_way_during_a_change_is_not_trusted(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user looked up before a change to accounts committed, and remembered after it,
+    is not trusted: the change might have been its token's revocation."""
+    user, token = store.create_user("bob", "viewer", None)
+    cache = tokens_cache.of(store)
+    token_user = store.token_user
+
+    def then_revoked(looked_up: str) -> Any:
+        found = token_user(looked_up)
+        store.revoke_token(store.list_tokens(user.name)[0].id)
+        return found
+
+    monkeypatch.setattr(store, "token_user", then_revoked)
+    assert cache.authenticate(token) is not None  # as it was when looked up
+    monkeypatch.undo()
+    assert cache.remembered(token) is None
+    assert cache.authenticate(token) is None
 
 
 def in_transaction(session: Session) -> bool:

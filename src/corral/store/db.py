@@ -55,9 +55,6 @@ from corral.store.records import (
 from corral.store.rules import normalize_rules, replace_rules
 from corral.store.workloads import Submission
 
-# How long an authenticated token is trusted without asking the database again. Another
-# server sharing a PostgreSQL store sees a change to users or tokens at most this late.
-TOKEN_CACHE_SECONDS = 10.0
 # Held work is looked at again at least this often, even when nothing seems to change.
 HOLDS_SECONDS = 10.0
 
@@ -68,9 +65,10 @@ class Store(Database):
     def __init__(self, url: str, migrate: bool = True) -> None:
         super().__init__(url, migrate)
         usage.install(self)
-        # Token digest -> (user, when it was looked up, when the token expires); see
-        # `authenticate`.
-        self._tokens: dict[str, tuple[UserRecord, float, float | None]] = {}
+        # How many changes to users, tokens or queues this process has made (`_accounts`),
+        # for those who remember who a token belongs to (corral.api.tokens_cache).
+        self.accounts_changed = 0
+        self._counting = threading.Lock()
         # Submissions waiting for a transaction (group commit, see `submit`).
         self._queue_lock = threading.Lock()
         self._queued: list[Submission] = []
@@ -81,12 +79,14 @@ class Store(Database):
 
     @contextmanager
     def _accounts(self) -> Iterator[Session]:
-        """A transaction that changes users, tokens or queues (which members belong to)."""
+        """A transaction that changes users, tokens or queues (which members belong to),
+        counted in `accounts_changed` once it has committed (or failed)."""
         try:
             with self.write() as session:
                 yield session
         finally:
-            self._tokens.clear()
+            with self._counting:
+                self.accounts_changed += 1
 
     # -- queues --------------------------------------------------------------------------
 
@@ -586,12 +586,12 @@ class Store(Database):
             return accounts.remove_membership(session, name, project)
 
     def revoke_token(self, token_id: int) -> None:
-        """Revoke a token, at once: the remembered tokens are forgotten."""
+        """Revoke a token, at once (see `accounts_changed`)."""
         with self._accounts() as session:
             accounts.revoke_token(session, token_id)
 
     def delete_user(self, name: str) -> None:
-        """Delete a user and their tokens, at once: the remembered tokens are forgotten."""
+        """Delete a user and their tokens, at once (see `accounts_changed`)."""
         with self._accounts() as session:
             accounts.delete_user(session, name)
 
@@ -600,27 +600,9 @@ class Store(Database):
         with self.read() as session:
             return accounts.list_users(session)
 
-    def remembered(self, token: str) -> UserRecord | None:
-        """The token's user if `authenticate` found it a short while ago and it has not
-        expired since; no database."""
-        known = self._tokens.get(accounts.digest(token))
-        if known is None:
-            return None
-        user, looked_up, expires_at = known
-        if time.monotonic() - looked_up >= TOKEN_CACHE_SECONDS:
-            return None
-        if expires_at is not None and expires_at <= time.time():
-            return None
-        return user
-
-    def authenticate(self, token: str) -> UserRecord | None:
-        """The token's user, or None (also for a revoked or expired token). Users found
-        are remembered for a short while (every API request authenticates); a change to
-        users, tokens or queues forgets them. The token's last use is written when it is
-        looked up, so it is exact to TOKEN_CACHE_SECONDS."""
-        known = self.remembered(token)
-        if known is not None:
-            return known
+    def token_user(self, token: str) -> tuple[UserRecord, float | None] | None:
+        """The token's user and when the token expires (None: never), or None for an
+        unknown, revoked or expired token; a token found is noted as used now."""
         key = accounts.digest(token)
         now = time.time()
         with self.read() as session:
@@ -629,8 +611,7 @@ class Store(Database):
             return None
         with self.write(relevant=False) as session:
             accounts.touch_token(session, key, now)
-        self._tokens[key] = (found[0], time.monotonic(), found[1])
-        return found[0]
+        return found
 
     # -- audit ---------------------------------------------------------------------------
 

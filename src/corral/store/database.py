@@ -184,13 +184,13 @@ class Database:
 
     @contextmanager
     def holding_new_work(self) -> Iterator[None]:
-        """Hold the lock under which new workloads are added, across several calls (the
-        submissions' group commit does). On PostgreSQL it is a lock of its own, which
-        every writer takes after the write lock but a scheduling cycle does not
-        (`writing`): new work is committed one transaction at a time, so in the order
-        of its ids (a cycle reads new work by id, after the newest it read), and no
-        other change undoes its checks meanwhile; but a cycle writing its bindings does
-        not hold it up, nor it a cycle. On SQLite, the write lock."""
+        """Hold the lock under which new workloads are added, across several calls (a batch
+        of submissions written again one by one does, `Store.submit_many`). On PostgreSQL
+        it is a lock of its own, which every writer takes after the write lock but a
+        scheduling cycle does not (`writing`): new work is committed one transaction at a
+        time, so in the order of its ids (a cycle reads new work by id, after the newest
+        it read), and no other change undoes its checks meanwhile; but a cycle writing
+        its bindings does not hold it up, nor it a cycle. On SQLite, the write lock."""
         with self.locks.adding() as first:
             if first:  # on SQLite, the write lock: as in `writing`
                 self._held_generation = None

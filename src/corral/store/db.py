@@ -69,9 +69,6 @@ class Store(Database):
         # for those who remember who a token belongs to (corral.api.tokens_cache).
         self.accounts_changed = 0
         self._counting = threading.Lock()
-        # Submissions waiting for a transaction (group commit, see `submit`).
-        self._queue_lock = threading.Lock()
-        self._queued: list[Submission] = []
         # Seals and opens project secrets; set by the server (see use_secret_key).
         self._box: secrets.SecretBox | None = None
         # (generation, newest held workload id, when) of the last look for held work.
@@ -175,23 +172,10 @@ class Store(Database):
     # -- workloads -----------------------------------------------------------------------
 
     def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
-        """Add a pending workload, durably, and return it as stored.
-
-        Group commit: concurrent submissions queue up while another transaction holds the
-        write lock, and whichever of them takes the lock next writes every queued one in
-        one transaction (one fsync). Each caller returns only once its own submission is
-        committed, or with its own error; one bad submission fails no other."""
-        item = Submission(spec, time.time())
-        with self._queue_lock:
-            self._queued.append(item)
-        written = 0
-        with self.holding_new_work():
-            if not item.done:
-                with self._queue_lock:
-                    batch, self._queued = self._queued, []
-                written = self._submit_batch(batch)
-        self.grew(written)
-        outcome = item.outcome()
+        """Add a pending workload, durably, and return it as stored; raise what kept it
+        out. One transaction of its own: the server's submissions share theirs
+        (corral.control.submissions, `submit_many`)."""
+        outcome = self.submit_many([spec])[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -202,10 +186,12 @@ class Store(Database):
         keys: Sequence[Idempotency | None] | None = None,
         audits: Sequence[AuditRecord | None] | None = None,
     ) -> list[WorkloadRecord | Exception]:
-        """Add pending workloads in one transaction: for each, what `submit` would return
-        or raise. One bad submission fails no other. `keys`, one per spec: the request's
-        Idempotency-Key, written with its workload; a key used before gives `Replayed`.
-        `audits`, one per spec: the request's audit record, written with its workload."""
+        """Add pending workloads in one transaction: for each, the stored workload or the
+        error that kept it out. One bad submission fails no other: should the transaction
+        fail for a reason no check foresaw, each is written alone. `keys`, one per spec:
+        the request's Idempotency-Key, written with its workload; a key used before gives
+        `Replayed`. `audits`, one per spec: the request's audit record, written with its
+        workload."""
         now = time.time()
         nothing = [None] * len(specs)
         batch = [
@@ -247,7 +233,7 @@ class Store(Database):
         return [found[name] for name in replay.workloads if name in found]
 
     def _submit_batch(self, batch: list[Submission]) -> int:
-        """Write the batch (see `submit`); returns how many workloads were written."""
+        """Write the batch (see `submit_many`); returns how many workloads were written."""
         # A new pending workload is not in a cycle's snapshot and changes nothing it
         # decided: submissions do not bump the generation.
         try:
@@ -256,7 +242,6 @@ class Store(Database):
         except Exception as error:
             if len(batch) == 1:
                 batch[0].error = error
-                batch[0].done = True
                 return 0
             # Something none of the checks foresaw: write each alone, so that only the
             # submission at fault fails.
@@ -265,8 +250,6 @@ class Store(Database):
             return sum(self._submit_batch([item]) for item in batch)
         for item, record in written:
             item.record = record
-        for item in batch:
-            item.done = True
         return len(written)
 
     def get_workload(self, name: str) -> WorkloadRecord:

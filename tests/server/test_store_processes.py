@@ -170,23 +170,6 @@ def test_new_work_elsewhere_holds_up_every_writer_but_a_cycle(store: Store) -> N
     assert [r.name for r in store.list_workloads()] == ["w0"]
 
 
-def test_the_write_lock_is_not_taken_under_the_lock_of_new_work(store: Store) -> None:
-    # Every writer takes the write lock first: one that took them the other way round
-    # could wait for ever for one that holds the write lock and waits for new work's.
-    with store.holding_new_work():
-        if store.sqlite:  # the same lock there
-            with store.writing():
-                pass
-        else:
-            with (
-                pytest.raises(RuntimeError, match="after the lock of new work"),
-                store.writing(),
-            ):
-                pass
-    with store.writing(), store.holding_new_work(), store.writing():
-        pass
-
-
 def test_a_lock_whose_process_died_is_free_again(store: Store) -> None:
     prepared(store)
     with held_elsewhere(store) as holder:

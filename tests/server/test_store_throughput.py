@@ -7,6 +7,7 @@ Each runs against a real store in this process, on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
@@ -21,7 +22,9 @@ from sqlalchemy import event, select, text, update
 from sqlalchemy.orm import Session
 
 from corral.api import submit as submitting
+from corral.api import tokens_cache
 from corral.control.scheduler import SchedulerLoop
+from corral.control.submissions import Submissions
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
 from corral.server.app import create_app
@@ -66,42 +69,56 @@ def commits(store: Store) -> list[float]:
 # -- group commit --------------------------------------------------------------------------
 
 
+def written_together(store: Store, specs: list[WorkloadSpec]) -> tuple[list[Any], list[float]]:
+    """Submit `specs` through the server's submission writer (corral.control.submissions),
+    queued all at once: behind a first submission that the writer is writing, and that
+    waits for the write lock this holds (as a scheduling cycle does) until all are queued.
+    Returns what each gave, and the commits after the first began to wait."""
+    submissions = Submissions(store, lambda: None)
+    writer = submissions._writer
+    seen: list[float] = []
+
+    async def submit() -> list[Any]:
+        with store.writing():
+            first = asyncio.ensure_future(submissions.submit(spec("first")))
+            deadline = time.monotonic() + 10
+            while writer._thread is None or writer._queued:
+                assert time.monotonic() < deadline, "the writer did not take the first"
+                await asyncio.sleep(0.01)
+            nonlocal seen
+            seen = commits(store)
+            queued = [asyncio.ensure_future(submissions.submit(s)) for s in specs]
+            while len(writer._queued) < len(specs):
+                assert time.monotonic() < deadline, "submissions did not queue"
+                await asyncio.sleep(0.01)
+            assert not first.done() and not any(q.done() for q in queued), (
+                "a submission was answered before it was committed"
+            )
+        await first
+        return await asyncio.gather(*queued, return_exceptions=True)
+
+    try:
+        outcomes = asyncio.run(submit())
+    finally:
+        submissions.stop()
+    return outcomes, seen
+
+
 def test_queued_submissions_share_one_transaction(store: Store) -> None:
     prepared(store)
-    seen = commits(store)
-    results: dict[str, Any] = {}
-
-    def submit(name: str) -> None:
-        try:
-            results[name] = store.submit(spec(name))
-        except Exception as error:
-            results[name] = error
-
     names = [f"w{i}" for i in range(10)]
-    # Hold the write lock (as a scheduling cycle does) while ten submissions arrive.
-    with store.writing():
-        threads = [threading.Thread(target=submit, args=(name,)) for name in names]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 10
-        while len(store._queued) < len(names):
-            assert time.monotonic() < deadline, "submissions did not queue"
-            time.sleep(0.01)
-        assert not results, "a submission returned before it was committed"
-    for thread in threads:
-        thread.join(10)
-    assert len(seen) == 1, f"{len(seen)} transactions for {len(names)} queued submissions"
-    assert sorted(results) == names
-    ids = [results[name].id for name in names]
+    results, seen = written_together(store, [spec(name) for name in names])
+    assert len(seen) == 2, f"{len(seen)} transactions for the first and {len(names)} queued"
+    ids = [record.id for record in results]
     assert len(set(ids)) == len(names)
     stored = {record.name: record for record in store.list_workloads()}
-    assert sorted(stored) == names
-    for name in names:
+    assert sorted(stored) == ["first", *names]
+    for name, record in zip(names, results, strict=True):
         assert stored[name].status == "pending"
         assert stored[name].spec == spec(name)
-        assert stored[name].id == results[name].id
-        assert stored[name].created_at == pytest.approx(results[name].created_at)
-    assert Counter(e.kind for e in store.events())["submitted"] == len(names)
+        assert stored[name].id == record.id
+        assert stored[name].created_at == pytest.approx(record.created_at)
+    assert Counter(e.kind for e in store.events())["submitted"] == len(names) + 1
 
 
 def test_each_submission_of_a_batch_gets_its_own_error(store: Store) -> None:
@@ -116,26 +133,12 @@ def test_each_submission_of_a_batch_gets_its_own_error(store: Store) -> None:
         spec("c", project="dept"),  # a department
         spec("d"),
         spec("d"),  # the same name twice in one batch: the first wins
-        # Passes every check but cannot be written (not JSON): fails alone.
+        # Passes every check but cannot be written (not JSON): the batch's transaction
+        # fails, and each is written alone, so that this one fails alone.
         spec("e", env={"KEY": object()}),  # type: ignore[dict-item]
         spec("f"),
     ]
-    outcomes: list[Any] = [None] * len(batch)
-
-    def submit(index: int) -> None:
-        try:
-            outcomes[index] = store.submit(batch[index])
-        except Exception as error:
-            outcomes[index] = error
-
-    with store.writing():
-        threads = [threading.Thread(target=submit, args=(i,)) for i in range(len(batch))]
-        for thread in threads:
-            thread.start()
-        while len(store._queued) < len(batch):
-            time.sleep(0.01)
-    for thread in threads:
-        thread.join(10)
+    outcomes, _ = written_together(store, batch)
     kinds = [type(outcome).__name__ for outcome in outcomes]
     assert isinstance(outcomes[1], Conflict)
     assert isinstance(outcomes[2], Invalid) and outcomes[2].field == "project"
@@ -143,9 +146,19 @@ def test_each_submission_of_a_batch_gets_its_own_error(store: Store) -> None:
     assert sorted(kinds[4:6]) == ["Conflict", "WorkloadRecord"]
     assert isinstance(outcomes[6], Exception) and not isinstance(outcomes[6], Conflict | Invalid)
     assert kinds[0] == kinds[7] == "WorkloadRecord"
-    assert sorted(r.name for r in store.list_workloads()) == ["a", "d", "f", "taken"]
+    assert sorted(r.name for r in store.list_workloads()) == ["a", "d", "f", "first", "taken"]
     submitted = sorted(e.workload or "" for e in store.events() if e.kind == "submitted")
-    assert submitted == ["a", "d", "f", "taken"]
+    assert submitted == ["a", "d", "f", "first", "taken"]
+
+
+def test_a_submission_alone_raises_its_own_error(store: Store) -> None:
+    prepared(store)
+    assert store.submit(spec("a")).name == "a"
+    with pytest.raises(Conflict):
+        store.submit(spec("a"))
+    with pytest.raises(Invalid, match="project"):
+        store.submit(spec("b", project="nowhere"))
+    assert [r.name for r in store.list_workloads()] == ["a"]
 
 
 def test_concurrent_submissions_are_each_stored_once(store: Store) -> None:
@@ -433,14 +446,42 @@ def test_the_kept_snapshot_is_read_again_after_a_while(
 
 def test_a_remembered_token_follows_changes_to_its_user(store: Store) -> None:
     store.create_queue(Queue("team"))
-    _, token = store.create_user("bob", "member", "team")
-    found = store.authenticate(token)
+    user, token = store.create_user("bob", "member", "team")
+    cache = tokens_cache.of(store)
+    assert cache.remembered(token) is None
+    found = cache.authenticate(token)
     assert found is not None and found.project == "team"
-    assert store.authenticate(token) == found
+    assert cache.remembered(token) == found == cache.authenticate(token)
     store.delete_queue("team")
-    after = store.authenticate(token)
+    assert cache.remembered(token) is None
+    after = cache.authenticate(token)
     assert after is not None and after.project is None
-    assert store.authenticate(token + "x") is None
+    assert cache.authenticate(token + "x") is None
+    # A revoked token is refused at once.
+    store.revoke_token(store.list_tokens(user.name)[0].id)
+    assert cache.remembered(token) is None
+    assert cache.authenticate(token) is None
+
+
+def test_a_lookup_under_way_during_a_change_is_not_trusted(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user looked up before a change to accounts committed, and remembered after it,
+    is not trusted: the change might have been its token's revocation."""
+    user, token = store.create_user("bob", "viewer", None)
+    cache = tokens_cache.of(store)
+    token_user = store.token_user
+
+    def then_revoked(looked_up: str) -> Any:
+        found = token_user(looked_up)
+        store.revoke_token(store.list_tokens(user.name)[0].id)
+        return found
+
+    monkeypatch.setattr(store, "token_user", then_revoked)
+    assert cache.authenticate(token) is not None  # as it was when looked up
+    monkeypatch.undo()
+    assert cache.remembered(token) is None
+    assert cache.authenticate(token) is None
 
 
 def in_transaction(session: Session) -> bool:

@@ -29,8 +29,8 @@ def test_existing_users_get_their_own_name_and_the_admin_none(tmp_path: Path) ->
         assert accounts == {"admin": None, "dora": "dora"}
         store.set_unix_user("admin", "ops")
         token, _ = store.create_token("admin")
-        found = store.authenticate(token)
-        assert found is not None and found.unix_user == "ops"
+        found = store.token_user(token)
+        assert found is not None and found[0].unix_user == "ops"
         made, _ = store.create_user("eve", "viewer", None, "eve_unix")
         assert made.unix_user == "eve_unix"
     finally:

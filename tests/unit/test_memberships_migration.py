@@ -37,8 +37,8 @@ def test_a_store_of_0002_is_upgraded(tmp_path: Path) -> None:
         assert users["alice"].memberships == (("team", "member"),)
         assert users["alice"].project == "team"
         assert users["root"].memberships == ()
-        alice = store.authenticate("crl_alice")
-        assert alice is not None and alice.projects == frozenset({"team"})
+        alice = store.token_user("crl_alice")
+        assert alice is not None and alice[0].projects == frozenset({"team"})
         assert store.get_workload("old").spec.secrets == {}
     finally:
         store.close()

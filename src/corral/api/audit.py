@@ -19,9 +19,9 @@ import logging
 import time
 
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from corral.api import tokens_cache
 from corral.api.rate_limit import RateLimiter, retry_after
 from corral.control.group_commit import GroupWriter
 from corral.store import Store
@@ -96,7 +96,7 @@ class Audit:
             if wait > 0:
                 # The token is looked up (cached, so mostly without the database) to
                 # name who was refused; an unknown one is recorded with no user.
-                known = await run_in_threadpool(self.log.store.authenticate, token)
+                known = await tokens_cache.of(self.log.store).user(token)
                 await self.log.record(_record(scope, at, known.name if known else None, 429))
                 response = JSONResponse(
                     {"detail": f"too many writes with this token; retry in {wait:.1f} s"},

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
-from starlette.concurrency import run_in_threadpool
 
+from corral.api import tokens_cache
 from corral.api.errors import Forbidden, Unauthorized
 from corral.control.plane import ControlPlane, Loop
 from corral.store import NotFound, Store, UserRecord, WorkloadRecord
@@ -61,9 +61,7 @@ class BearerUser(HTTPBearer):
         if credentials is None:
             raise Unauthorized("a bearer token is required")
         store, _ = application(request)
-        found = store.remembered(credentials.credentials)
-        if found is None:
-            found = await run_in_threadpool(store.authenticate, credentials.credentials)
+        found = await tokens_cache.of(store).user(credentials.credentials)
         if found is None:
             raise Unauthorized("the token is not valid")
         # Who made the request, for its audit record (corral.api.audit).

@@ -3,28 +3,26 @@
 SQLite (WAL mode, full fsync) is the embedded default; PostgreSQL is used by URL. Every
 change runs in one transaction under one write lock (`write`), so that the scheduler and
 API requests never interleave half-done changes. The lock holds across processes (the
-server's API and its scheduler are two): a lock file beside a SQLite database, an
-advisory lock on PostgreSQL. So does the store's generation, the count of changes that
-scheduling depends on, kept in the database with the names of what each change touched
-(`bump`, `changed_since`). `read`, `write` and `writing` are the seam the store's
-modules (usage, telemetry, rules) work through.
+server's API and its scheduler are two). So does the store's generation, the count of
+changes that scheduling depends on, kept in the database with the names of what each
+change touched (`bump`, `changed_since`). `read`, `write` and `writing` are the seam the
+store's modules (usage, telemetry, rules) work through.
 
 On PostgreSQL new workloads are added under a lock of their own (`adding`), which every
-other writer takes after the write lock, except the scheduler's cycle: a cycle and a
-submission write no row in common, so neither waits for the other.
+other writer takes too, except the scheduler's cycle: a cycle and a submission write no
+row in common, so neither waits for the other. The locks, and the one order in which
+they are taken, are corral.store.locks'.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import threading
 import time
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import orjson
 from sqlalchemy import (
@@ -43,6 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from corral.store.locks import Locks
 from corral.store.schema import ChangeRow
 
 log = logging.getLogger("corral.store")
@@ -68,10 +67,6 @@ _GROWN = ("workloads", "task_groups")
 # every check-out (SQLAlchemy's pool_pre_ping) cost a scheduling cycle five round trips,
 # over a millisecond; a connection back in use within a second was alive a moment ago.
 PING_AFTER_SECONDS = 1.0
-# The PostgreSQL advisory locks that are the write lock and the lock of new work across
-# processes (numbers that no other user of corral's database takes).
-_ADVISORY_KEY = 0x636F7272616C  # "corral"
-_NEW_WORK_KEY = _ADVISORY_KEY + 1
 
 _CHANGES = cast(Table, ChangeRow.__table__)
 _NEWEST = select(func.max(_CHANGES.c.generation))
@@ -127,14 +122,8 @@ class Database:
             else self.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
         self._reads = sessionmaker(self.reader, expire_on_commit=False)
-        # The write lock: one thread of this process at a time, and then one process.
-        self._write = _Held(_across_processes(self.engine))
-        # The lock of new workloads (`adding`), on PostgreSQL; on SQLite, which has one
-        # writer at a time in any case, the write lock is theirs too.
-        self._split = self.engine.dialect.name == "postgresql"
-        self._new_work = _Held(
-            _AdvisoryLock(self.engine, _NEW_WORK_KEY) if self._split else _NoLock()
-        )
+        # The write lock and the lock of new work (`adding`), in their order.
+        self.locks = Locks(self.engine)
         # While this process holds the lock, no other moves the generation: the thread
         # that holds it reads it once and counts its own changes (see `generation`).
         self._held_generation: int | None = None
@@ -165,8 +154,7 @@ class Database:
         analyzer = self._analyzer
         if analyzer is not None:
             analyzer.join(timeout=ANALYZE_WAIT_SECONDS)
-        self._write.across.close()
-        self._new_work.across.close()
+        self.locks.close()
         self.engine.dispose()
 
     @contextmanager
@@ -176,18 +164,10 @@ class Database:
         workloads may be added meanwhile (on PostgreSQL; see `holding_new_work`), for a
         scheduling cycle, which reads and writes only the work it read before (by id up to
         the newest it read) and no row that adding work writes or reads to check it."""
-        me = threading.get_ident()
-        if self._new_work.holder == me and self._write.holder != me:
-            # The other order is every writer's: this one could wait for it for ever.
-            raise RuntimeError("the write lock is taken after the lock of new work")
-        with self._write.held() as first:
+        with self.locks.writing(beside_new_work) as first:
             if first:  # what an earlier holder counted is not this one's to trust
                 self._held_generation = None
-            if beside_new_work or not self._split:
-                yield
-            else:
-                with self.holding_new_work():
-                    yield
+            yield
 
     @contextmanager
     def adding(self) -> Iterator[Session]:
@@ -195,7 +175,7 @@ class Database:
         records and Idempotency-Keys), or audit records alone, and changes nothing else,
         under the lock of new work (`holding_new_work`)."""
         with self.holding_new_work():
-            if self._split:
+            if self.locks.split:
                 with self.sessions.begin() as session:
                     yield session
             else:
@@ -204,18 +184,16 @@ class Database:
 
     @contextmanager
     def holding_new_work(self) -> Iterator[None]:
-        """Hold the lock under which new workloads are added, across several calls (the
-        submissions' group commit does). On PostgreSQL it is a lock of its own, which
-        every writer takes after the write lock but a scheduling cycle does not
-        (`writing`): new work is committed one transaction at a time, so in the order
-        of its ids (a cycle reads new work by id, after the newest it read), and no
-        other change undoes its checks meanwhile; but a cycle writing its bindings does
-        not hold it up, nor it a cycle. On SQLite, the write lock."""
-        if not self._split:
-            with self.writing():
-                yield
-            return
-        with self._new_work.held():
+        """Hold the lock under which new workloads are added, across several calls (a batch
+        of submissions written again one by one does, `Store.submit_many`). On PostgreSQL
+        it is a lock of its own, which every writer takes after the write lock but a
+        scheduling cycle does not (`writing`): new work is committed one transaction at a
+        time, so in the order of its ids (a cycle reads new work by id, after the newest
+        it read), and no other change undoes its checks meanwhile; but a cycle writing
+        its bindings does not hold it up, nor it a cycle. On SQLite, the write lock."""
+        with self.locks.adding() as first:
+            if first:  # on SQLite, the write lock: as in `writing`
+                self._held_generation = None
             yield
 
     @contextmanager
@@ -245,11 +223,11 @@ class Database:
     def generation(self) -> int:
         """How many relevant changes have committed (by any process), as of now; to the
         thread that holds the write lock, with those of its own transaction."""
-        if self._write.holder == threading.get_ident():
+        if self.locks.write.holder == threading.get_ident():
             if self._held_generation is None:
                 # On the lock's own connection where it has one: no round trips to take
                 # another from the pool.
-                held = self._write.across.connection
+                held = self.locks.write.across.connection
                 self._held_generation = (
                     _newest(held) if held is not None else self._read_generation()
                 )
@@ -384,123 +362,3 @@ def _ping_when_idle(engine: Engine) -> None:
 def _newest(connection: Connection) -> int:
     generation: int | None = connection.execute(_NEWEST).scalar()
     return generation or 0
-
-
-class _Lock(Protocol):
-    # A connection that holds the lock, for reads under it (None: the lock has none).
-    connection: Connection | None
-
-    def acquire(self) -> None: ...
-
-    def release(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class _Held:
-    """A lock across processes (`across`) held by one thread of this process at a time,
-    again and again within its hold: the outermost hold takes `across` and lets it go."""
-
-    def __init__(self, across: _Lock) -> None:
-        self.across = across
-        # The thread that holds it, or None.
-        self.holder: int | None = None
-        self._lock = threading.RLock()
-        self._depth = 0
-
-    @contextmanager
-    def held(self) -> Iterator[bool]:
-        """Hold it; True to the outermost hold."""
-        with self._lock:
-            first = self._depth == 0
-            if first:
-                self.across.acquire()
-                self.holder = threading.get_ident()
-            self._depth += 1
-            try:
-                yield first
-            finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    self.holder = None
-                    self.across.release()
-
-
-def _across_processes(engine: Engine) -> _Lock:
-    """The write lock between processes on `engine`'s database."""
-    if engine.dialect.name == "postgresql":
-        return _AdvisoryLock(engine, _ADVISORY_KEY)
-    database = engine.url.database
-    if engine.dialect.name == "sqlite" and database and database != ":memory:":
-        return _FileLock(Path(f"{database}-lock"))
-    # A database only this process can open.
-    return _NoLock()
-
-
-class _FileLock:
-    """flock(2) on a file beside the SQLite database: released by the kernel when its
-    process ends, however it ends."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.connection: Connection | None = None
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        if self._fd is None:
-            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-            self._fd = os.open(self.path, flags, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-
-    def release(self) -> None:
-        assert self._fd is not None
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-class _AdvisoryLock:
-    """A PostgreSQL session-level advisory lock on a connection of its own: released by
-    the server when that connection ends, however its process ends."""
-
-    def __init__(self, engine: Engine, key: int) -> None:
-        self.engine = engine
-        self.key = key
-        self.connection: Connection | None = None
-
-    def acquire(self) -> None:
-        if self.connection is None:
-            # Outside any transaction: the lock is the session's, and an open
-            # transaction would hold back vacuum for as long as the server runs.
-            self.connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        try:
-            self.connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": self.key})
-        except SQLAlchemyError:
-            # A connection that broke is dropped: the next write opens another.
-            self.close()
-            raise
-
-    def release(self) -> None:
-        assert self.connection is not None
-        self.connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self.key})
-
-    def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close()
-            self.connection = None
-
-
-class _NoLock:
-    connection: Connection | None = None
-
-    def acquire(self) -> None:
-        pass
-
-    def release(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -1,33 +1,32 @@
 """The durable store: the only code in corral that speaks SQL.
 
 `Store` is a thin facade: each public method opens one transaction (`Database.write`) or
-one read (`Database.read`) and hands the session to the module of its aggregate: queues,
-nodes, workloads, tasks, scheduling, accounts, events, summaries. Rows become records in
-`convert`; usage accounting, telemetry and rules work through the same `read`/`write`.
+one read (`Database.read`) and hands the session to the module of its aggregate: nodes,
+workloads, tasks, scheduling, events, summaries here; queues, users and tokens, audit
+records and project secrets in `corral.store.db_accounts`, which `Store` extends. Rows
+become records in `convert`.
+
+The way in: code outside corral.store calls `Store`'s methods and never holds a session
+of its own; an aggregate module's functions that take a session are the store's alone.
+Usage accounting, telemetry (and its reads) and rules take the store itself, open
+their reads and writes through the same `read`/`write`, and are called with it
+directly; `Store` does not forward to them.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-import corral.store.accounts as accounts
-import corral.store.audit as audit
 import corral.store.events as events
 import corral.store.history as history
 import corral.store.idempotency as idempotency
 import corral.store.lifecycle as lifecycle
 import corral.store.nodes as nodes
 import corral.store.queue_usage as queue_usage
-import corral.store.queues as queues
 import corral.store.reports as reports
 import corral.store.scheduling as scheduling
-import corral.store.secrets as secrets
 import corral.store.shapes as shapes
 import corral.store.summaries as summaries
 import corral.store.tasks as tasks
@@ -36,9 +35,9 @@ import corral.store.workloads as workloads
 import corral.store.workspaces as workspaces
 from corral.model import Decisions, Node, Queue, Snapshot, Workload
 from corral.model.spec import NodeSpec, WorkloadSpec
-from corral.store.audit import AuditQuery, AuditRecord
-from corral.store.convert import node_record, queue_record
-from corral.store.database import Database
+from corral.store.audit import AuditRecord
+from corral.store.convert import node_record
+from corral.store.db_accounts import AccountsStore
 from corral.store.idempotency import Idempotency, Replayed
 from corral.store.records import (
     BoundWork,
@@ -46,92 +45,24 @@ from corral.store.records import (
     EventRecord,
     NodeRecord,
     NodeState,
-    QueueRecord,
     Release,
-    TokenRecord,
-    UserRecord,
     WorkloadRecord,
 )
-from corral.store.rules import normalize_rules, replace_rules
 from corral.store.workloads import Submission
 
-# How long an authenticated token is trusted without asking the database again. Another
-# server sharing a PostgreSQL store sees a change to users or tokens at most this late.
-TOKEN_CACHE_SECONDS = 10.0
 # Held work is looked at again at least this often, even when nothing seems to change.
 HOLDS_SECONDS = 10.0
 
 
-class Store(Database):
-    """Queues, nodes, workloads, events, users and tokens, durably."""
+class Store(AccountsStore):
+    """Queues, nodes, workloads, events, users and tokens, durably: the way into the
+    store."""
 
     def __init__(self, url: str, migrate: bool = True) -> None:
         super().__init__(url, migrate)
         usage.install(self)
-        # Token digest -> (user, when it was looked up, when the token expires); see
-        # `authenticate`.
-        self._tokens: dict[str, tuple[UserRecord, float, float | None]] = {}
-        # Submissions waiting for a transaction (group commit, see `submit`).
-        self._queue_lock = threading.Lock()
-        self._queued: list[Submission] = []
-        # Seals and opens project secrets; set by the server (see use_secret_key).
-        self._box: secrets.SecretBox | None = None
         # (generation, newest held workload id, when) of the last look for held work.
         self._holds_seen: tuple[int, int, float] | None = None
-
-    @contextmanager
-    def _accounts(self) -> Iterator[Session]:
-        """A transaction that changes users, tokens or queues (which members belong to)."""
-        try:
-            with self.write() as session:
-                yield session
-        finally:
-            self._tokens.clear()
-
-    # -- queues --------------------------------------------------------------------------
-
-    def create_queue(self, queue: Queue, rules: Mapping[str, Any] | None = None) -> QueueRecord:
-        """Add a queue, with its `rules` when given (see corral.store.rules), in one
-        transaction: a queue whose rules are refused is not created."""
-        with self._accounts() as session:
-            record = queues.create_queue(session, queue)
-            if rules is not None:
-                replace_rules(session, queue.name, normalize_rules(rules))
-            return record
-
-    def update_queue(
-        self, name: str, changes: dict[str, Any], rules: Mapping[str, Any] | None = None
-    ) -> QueueRecord:
-        """Change some of a queue's fields: parent, deserved, limit, over_quota_weight,
-        priority, min-runtimes, time-decayed fair share settings; and replace its rules
-        when `rules` is given ({} removes them). One transaction: nothing changes when any
-        part is refused."""
-        with self._accounts() as session:
-            record = queues.update_queue(session, name, changes)
-            if rules is not None:
-                replace_rules(session, name, normalize_rules(rules))
-            return record
-
-    def delete_queue(self, name: str) -> None:
-        """Delete a queue with no child queues and no unfinished workloads."""
-        with self._accounts() as session:
-            queues.delete_queue(session, name)
-
-    def get_queue(self, name: str) -> QueueRecord:
-        """The queue; NotFound when there is none."""
-        with self.read() as session:
-            return queue_record(session, queues.queue_row(session, name))
-
-    def list_queues(self) -> list[QueueRecord]:
-        """Every queue, oldest first."""
-        with self.read() as session:
-            return queues.list_queues(session)
-
-    def list_queues_with_rules(self) -> list[tuple[QueueRecord, dict[str, Any]]]:
-        """Every queue, as `list_queues` gives them, with the rules set on it itself (as
-        `corral.store.rules.queue_rules` gives them), read in one query for all queues."""
-        with self.read() as session:
-            return queues.list_queues_with_rules(session)
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -175,23 +106,10 @@ class Store(Database):
     # -- workloads -----------------------------------------------------------------------
 
     def submit(self, spec: WorkloadSpec) -> WorkloadRecord:
-        """Add a pending workload, durably, and return it as stored.
-
-        Group commit: concurrent submissions queue up while another transaction holds the
-        write lock, and whichever of them takes the lock next writes every queued one in
-        one transaction (one fsync). Each caller returns only once its own submission is
-        committed, or with its own error; one bad submission fails no other."""
-        item = Submission(spec, time.time())
-        with self._queue_lock:
-            self._queued.append(item)
-        written = 0
-        with self.holding_new_work():
-            if not item.done:
-                with self._queue_lock:
-                    batch, self._queued = self._queued, []
-                written = self._submit_batch(batch)
-        self.grew(written)
-        outcome = item.outcome()
+        """Add a pending workload, durably, and return it as stored; raise what kept it
+        out. One transaction of its own: the server's submissions share theirs
+        (corral.control.submissions, `submit_many`)."""
+        outcome = self.submit_many([spec])[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -202,10 +120,12 @@ class Store(Database):
         keys: Sequence[Idempotency | None] | None = None,
         audits: Sequence[AuditRecord | None] | None = None,
     ) -> list[WorkloadRecord | Exception]:
-        """Add pending workloads in one transaction: for each, what `submit` would return
-        or raise. One bad submission fails no other. `keys`, one per spec: the request's
-        Idempotency-Key, written with its workload; a key used before gives `Replayed`.
-        `audits`, one per spec: the request's audit record, written with its workload."""
+        """Add pending workloads in one transaction: for each, the stored workload or the
+        error that kept it out. One bad submission fails no other: should the transaction
+        fail for a reason no check foresaw, each is written alone. `keys`, one per spec:
+        the request's Idempotency-Key, written with its workload; a key used before gives
+        `Replayed`. `audits`, one per spec: the request's audit record, written with its
+        workload."""
         now = time.time()
         nothing = [None] * len(specs)
         batch = [
@@ -246,8 +166,13 @@ class Store(Database):
             }
         return [found[name] for name in replay.workloads if name in found]
 
+    def purge_idempotency(self) -> int:
+        """Forget Idempotency-Keys older than a day; returns how many."""
+        with self.write(relevant=False) as session:
+            return idempotency.purge(session, time.time())
+
     def _submit_batch(self, batch: list[Submission]) -> int:
-        """Write the batch (see `submit`); returns how many workloads were written."""
+        """Write the batch (see `submit_many`); returns how many workloads were written."""
         # A new pending workload is not in a cycle's snapshot and changes nothing it
         # decided: submissions do not bump the generation.
         try:
@@ -256,7 +181,6 @@ class Store(Database):
         except Exception as error:
             if len(batch) == 1:
                 batch[0].error = error
-                batch[0].done = True
                 return 0
             # Something none of the checks foresaw: write each alone, so that only the
             # submission at fault fails.
@@ -265,8 +189,6 @@ class Store(Database):
             return sum(self._submit_batch([item]) for item in batch)
         for item, record in written:
             item.record = record
-        for item in batch:
-            item.done = True
         return len(written)
 
     def get_workload(self, name: str) -> WorkloadRecord:
@@ -535,173 +457,6 @@ class Store(Database):
             decided = time.time()
             lost, stopped = nodes.expire_nodes(session, silent, limit)
             return lost, tasks.stamped(stopped, decided)
-
-    # -- users and tokens ----------------------------------------------------------------
-
-    def ensure_admin(self) -> str | None:
-        """Create the first admin and return its token, or None when users exist already."""
-        with self._accounts() as session:
-            return accounts.ensure_admin(session)
-
-    def create_user(
-        self, name: str, role: str, project: str | None, unix_user: str | None = None
-    ) -> tuple[UserRecord, str]:
-        """Create a user with a first token (a member with `project` as a first
-        membership); returns the user and the token. `unix_user` is the account its tasks
-        run as on a root agent (None: none)."""
-        accounts.check_user(role, project)
-        with self._accounts() as session:
-            return accounts.create_user(session, name, role, project, unix_user)
-
-    def set_unix_user(self, name: str, unix_user: str | None) -> None:
-        """Change the Unix account a user's tasks run as on a root agent."""
-        with self._accounts() as session:
-            accounts.set_unix_user(session, name, unix_user)
-
-    def create_token(
-        self, user: str, name: str | None = None, expires_at: float | None = None
-    ) -> tuple[str, int]:
-        """A new token for the user, named and expiring when given; it and its id."""
-        with self._accounts() as session:
-            return accounts.create_token(session, user, name, expires_at)
-
-    def list_tokens(self, user: str | None = None) -> list[TokenRecord]:
-        """Tokens (of `user`, or of everyone), oldest first; never their values."""
-        with self.read() as session:
-            return accounts.list_tokens(session, user)
-
-    def token_owner(self, token_id: int) -> str:
-        """The name of the token's user; NotFound when there is no such token."""
-        with self.read() as session:
-            return accounts.token_owner(session, token_id)
-
-    def set_membership(self, name: str, project: str, role: str) -> UserRecord:
-        """Make member `name` belong to `project` with `role`, or change its role there."""
-        with self._accounts() as session:
-            return accounts.set_membership(session, name, project, role)
-
-    def remove_membership(self, name: str, project: str) -> UserRecord:
-        """Take member `name` out of `project`."""
-        with self._accounts() as session:
-            return accounts.remove_membership(session, name, project)
-
-    def revoke_token(self, token_id: int) -> None:
-        """Revoke a token, at once: the remembered tokens are forgotten."""
-        with self._accounts() as session:
-            accounts.revoke_token(session, token_id)
-
-    def delete_user(self, name: str) -> None:
-        """Delete a user and their tokens, at once: the remembered tokens are forgotten."""
-        with self._accounts() as session:
-            accounts.delete_user(session, name)
-
-    def list_users(self) -> list[UserRecord]:
-        """Every user, oldest first."""
-        with self.read() as session:
-            return accounts.list_users(session)
-
-    def remembered(self, token: str) -> UserRecord | None:
-        """The token's user if `authenticate` found it a short while ago and it has not
-        expired since; no database."""
-        known = self._tokens.get(accounts.digest(token))
-        if known is None:
-            return None
-        user, looked_up, expires_at = known
-        if time.monotonic() - looked_up >= TOKEN_CACHE_SECONDS:
-            return None
-        if expires_at is not None and expires_at <= time.time():
-            return None
-        return user
-
-    def authenticate(self, token: str) -> UserRecord | None:
-        """The token's user, or None (also for a revoked or expired token). Users found
-        are remembered for a short while (every API request authenticates); a change to
-        users, tokens or queues forgets them. The token's last use is written when it is
-        looked up, so it is exact to TOKEN_CACHE_SECONDS."""
-        known = self.remembered(token)
-        if known is not None:
-            return known
-        key = accounts.digest(token)
-        now = time.time()
-        with self.read() as session:
-            found = accounts.token_user(session, key, now)
-        if found is None:
-            return None
-        with self.write(relevant=False) as session:
-            accounts.touch_token(session, key, now)
-        self._tokens[key] = (found[0], time.monotonic(), found[1])
-        return found[0]
-
-    # -- audit ---------------------------------------------------------------------------
-
-    def add_audit(self, records: Sequence[AuditRecord]) -> None:
-        """Write audit records, in one transaction. They are new rows no cycle reads, as a
-        submission's are: on PostgreSQL the answer of a request the middleware records
-        does not wait for a cycle writing its decisions (see `Database.adding`)."""
-        with self.adding() as session:
-            audit.add_audit(session, records)
-
-    def add_session(self, record: AuditRecord) -> int:
-        """Write the audit record of a session (opened, or refused); its id, for
-        `end_session`."""
-        with self.adding() as session:
-            return audit.add_session(session, record)
-
-    def end_session(self, record_id: int, ended_at: float, exit_code: int | None) -> None:
-        """Complete a session's audit record with its end and its command's exit code."""
-        with self.write(relevant=False) as session:
-            audit.end_session(session, record_id, ended_at, exit_code)
-
-    def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
-        """Audit records that pass `query`'s filters, oldest first."""
-        with self.read() as session:
-            return audit.list_audit(session, query)
-
-    def purge_idempotency(self) -> int:
-        """Forget Idempotency-Keys older than a day; returns how many."""
-        with self.write(relevant=False) as session:
-            return idempotency.purge(session, time.time())
-
-    # -- project secrets -----------------------------------------------------------------
-
-    def use_secret_key(self, key: bytes) -> None:
-        """Seal and open secrets with `key` (see corral.store.secrets.load_key)."""
-        self._box = secrets.SecretBox(key)
-
-    def _secret_box(self) -> secrets.SecretBox:
-        if self._box is None:
-            raise RuntimeError("no secret key: call use_secret_key first")
-        return self._box
-
-    def set_secret(self, project: str, name: str, value: str) -> None:
-        """Store (or replace) a project's secret; only its sealed value is written."""
-        sealed = self._secret_box().seal(value)
-        with self.write() as session:
-            secrets.set_secret(session, project, name, sealed)
-
-    def list_secrets(self, project: str) -> list[tuple[str, float]]:
-        """The names of a project's secrets, and when each was last set."""
-        with self.read() as session:
-            return secrets.list_secrets(session, project)
-
-    def delete_secret(self, project: str, name: str) -> None:
-        """Delete a project's secret."""
-        with self.write() as session:
-            secrets.delete_secret(session, project, name)
-
-    def secret_env(self, spec: WorkloadSpec) -> dict[str, str]:
-        """The environment variables a workload's `secrets` name, with their values, for
-        a launch only; a secret deleted since the submission is left out."""
-        if not spec.secrets:
-            return {}
-        with self.read() as session:
-            sealed = secrets.sealed_secrets(session, spec.project, set(spec.secrets.values()))
-        box = self._secret_box()
-        return {
-            variable: box.open(sealed[name])
-            for variable, name in spec.secrets.items()
-            if name in sealed
-        }
 
     # -- summaries and checks ------------------------------------------------------------
 

@@ -90,11 +90,10 @@ def workload_id(session: Session, name: str) -> int | None:
 
 @dataclass(slots=True)
 class Submission:
-    """A submission waiting for its transaction (see `Store.submit`)."""
+    """A submission on its way into its transaction (see `Store.submit_many`)."""
 
     spec: WorkloadSpec
     at: float
-    done: bool = False
     record: WorkloadRecord | None = None
     error: Exception | None = None
     # The request's Idempotency-Key, written in the same transaction as the workload.

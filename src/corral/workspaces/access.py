@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.websockets import WebSocket
 
+from corral.api import tokens_cache
 from corral.api.deps import ENTER, may_act_on, may_read
 from corral.api.errors import Forbidden
 from corral.model.spec import MAIN_PORT, PortSpec
@@ -70,9 +71,7 @@ async def authenticate(store: Store, token: str | None) -> UserRecord:
     """The token's user; Refused(401) without a valid token."""
     if not token:
         raise Refused(401, "log in first: a bearer token or the dashboard's login is required")
-    found = store.remembered(token)
-    if found is None:
-        found = await run_in_threadpool(store.authenticate, token)
+    found = await tokens_cache.of(store).user(token)
     if found is None:
         raise Refused(401, "the token is not valid")
     return found

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from corral.api.schemas.workloads import HolderOut, WhyOut, WhyQueueOut
 from corral.api.weights import settings_of, weight_reason
-from corral.control.admission import minimum_gang
+from corral.engine.admission import minimum_gang
 from corral.model import Decisions, Queue, QueueStatus
 from corral.model.resources import EPSILON, format_gpus, plural_gpus
 from corral.model.spec import WorkloadSpec

@@ -8,7 +8,7 @@ import math
 import httpx
 from server_support import Api, unique
 
-from corral.control.admission import never_fits
+from corral.engine.admission import never_fits
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import WorkloadSpec
 

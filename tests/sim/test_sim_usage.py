@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from corral.engine.quiet import CycleGate
 from corral.model import Node, Queue, TaskGroup
 from corral.model.usage import DecayedUsage, advance
 from corral.sim import (
@@ -21,7 +22,6 @@ from corral.sim import (
     synthetic_trace,
     uniform_nodes,
 )
-from corral.sim.quiet import CycleGate
 from corral.sim.usage import UsageHistory
 
 HOUR = 3600.0

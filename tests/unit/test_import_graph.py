@@ -44,9 +44,8 @@ NOT_YET = {
     # workspaces and the dashboard (not yet a row of DESIGN.md's table).
     "server": {"api", "control", "workspaces", "dashboard", "cluster", "agent", "store"}
     | {"spec", "model", "engine", "messages"},
-    # The API reads the log format the agents write (agent.logcap), and explains and
-    # admits with the engine's functions until engine/explain and engine/admission.
-    "api": {"agent", "engine"},
+    # The API reads the log format the agents write (agent.logcap).
+    "api": {"agent"},
     # Dispatch is the agents' `Reports` (messages); a user's uid comes from agent.identity.
     "control": {"agent", "messages"},
     # Exec takes the session's descriptors from an agent in this process, or through the

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from corral.api.weights import settings_of, weight_reason
 from corral.control.scheduler import SchedulerLoop
+from corral.engine.explain import weight_reason
 from corral.model import Node, Queue, Resources, TaskGroup
 from corral.model.spec import Device, NodeSpec, WorkloadSpec
-from corral.model.usage import DecayedUsage, advance
+from corral.model.usage import DecayedUsage, advance, decay_settings
 from corral.store import Store
 from corral.store.errors import NotFound
 from corral.store.schema import QueueUsageRow
@@ -124,14 +124,14 @@ def test_usage_accumulates_and_lowers_a_queues_share(store: Store) -> None:
     # b took GPUs back from a beyond the even split.
     assert b.allocated.gpu > 4
     queues = [record.queue for record in store.list_queues()]
-    reason = weight_reason(queues[0], a, settings_of(queues))
+    reason = weight_reason(queues[0], a, decay_settings(queues))
     assert reason is not None and reason.startswith("weight 1 → 0")
     assert "100% of the cluster's GPU-time over a 1h half-life" in reason
     # Turned off since that cycle: the queue's own settings have nothing to explain, even
     # before a cycle runs again (the scheduler's process answers a moment later).
     store.update_queue("a", {"fair_share_half_life": None}, None)
     queues = [record.queue for record in store.list_queues()]
-    assert weight_reason(queues[0], a, settings_of(queues)) is None
+    assert weight_reason(queues[0], a, decay_settings(queues)) is None
 
 
 def test_queues_of_before_have_time_decay_off(tmp_path: Path) -> None:

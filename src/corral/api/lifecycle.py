@@ -4,9 +4,8 @@ the history (sacct) and estimated starts (squeue --start)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
@@ -14,7 +13,7 @@ from pydantic import BaseModel, Field, field_validator
 from corral.api.deps import visible_workload
 from corral.api.schemas.common import Body, LabelKey, LabelValue, PoolName, duration_seconds
 from corral.api.schemas.workloads import WorkloadIn, distinct_pools
-from corral.engine.estimate import estimate_start
+from corral.control import explain
 from corral.model import resolve_priority
 from corral.model.arrays import ArrayMember, parse_array
 from corral.model.spec import WorkloadSpec
@@ -26,8 +25,6 @@ FIXED = (
     "name", "project", "tasks", "min_available", "topology", "command", "env", "secrets",
     "workdir", "array", "after", "kill_on_invalid_dep",
 )  # fmt: skip
-# The most pending workloads one request estimates a start for (each costs a few cycles).
-ESTIMATE_LIMIT = 100
 
 
 def array_specs(body: WorkloadIn, name: str, user: str) -> list[WorkloadSpec]:
@@ -222,33 +219,5 @@ class StartOut(BaseModel):
 
 
 def estimated_starts(store: Store, pending: list[WorkloadRecord]) -> list[StartOut]:
-    """An estimated start for each pending workload (the first ESTIMATE_LIMIT), from the
-    engine: after which running workloads end, by their maximum runtime, it would fit."""
-    now = time.time()
-    snapshot = store.snapshot()
-    offered = {w.name for w in snapshot.workloads if not w.placements}
-    ends = {
-        r.name: r.started_at + r.spec.max_runtime
-        for r in store.list_workloads(status="running")
-        if r.started_at is not None and r.spec.max_runtime is not None
-    }
-    answers = []
-    for number, record in enumerate(pending):
-        at: float | None = None
-        if number >= ESTIMATE_LIMIT:
-            why = f"not estimated: only the first {ESTIMATE_LIMIT} are"
-        elif record.name not in offered:
-            why = record.reason or "it waits for its dependencies or its array's limit"
-        else:
-            at = estimate_start(snapshot, record.name, ends, now)
-            why = (
-                "fits now"
-                if at == now
-                else "after running work ends (by its max runtime)"
-                if at is not None
-                else "unknown: it needs GPUs held by work with no max runtime"
-            )
-        answers.append(
-            StartOut(workload=record.name, project=record.spec.project, estimated_start=at, why=why)
-        )
-    return answers
+    """An estimated start for each pending workload (`control.explain.estimated_starts`)."""
+    return [StartOut(**asdict(start)) for start in explain.estimated_starts(store, pending)]

@@ -12,7 +12,7 @@ from corral.api.rules import rules_out
 from corral.api.schemas.nodes import DeviceOut, NodeOut, TaskOnNodeOut
 from corral.api.schemas.queues import Amounts, QueueOut, QueuePoolOut, WeightsOut
 from corral.api.schemas.workloads import WorkloadOut
-from corral.api.weights import weight_reason
+from corral.control.explain import weight_reason
 from corral.model import Decisions, Queue
 from corral.model.durations import lost_work_phrase
 from corral.model.usage import DecaySetting

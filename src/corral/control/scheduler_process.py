@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
-from corral.control.admission import Shape
 from corral.control.metrics import SchedulerMetrics
+from corral.engine.admission import Shape
 from corral.model import Decisions, Eviction, Placement, SchedulerConfig
 from corral.store.records import Release
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from corral.engine.admission import Largest, too_big
 from corral.engine.fragmentation import Fragmentation
 from corral.engine.state import Allowed, ClusterState, NodeState, WorkloadState, natural_key
 from corral.model import Placement, SchedulerConfig, TaskGroup
@@ -563,39 +564,31 @@ class Placer:
                 return reason
         return None
 
-    def _largest(self, allowed: Allowed) -> tuple[int, int, float, int] | None:
+    def _largest(self, allowed: Allowed) -> Largest | None:
         """The largest device count, device memory, CPU and memory among eligible nodes."""
         if allowed not in self._largest_cache:
-            nodes = list(self.nodes_of(allowed))
-            self._largest_cache[allowed] = (
-                (
-                    max(node.node.gpus for node in nodes),
-                    max(node.node.gpu_memory for node in nodes),
-                    max(node.node.cpu for node in nodes),
-                    max(node.node.memory for node in nodes),
-                )
-                if nodes
-                else None
-            )
+            self._largest_cache[allowed] = Largest.of(node.node for node in self.nodes_of(allowed))
         return self._largest_cache[allowed]
 
     def _too_big(self, group: TaskGroup, allowed: Allowed) -> str | None:
+        """Why one task of `group` fits no eligible node, even an empty one (the rule of
+        `engine.admission.too_big`, in the words of a pending reason)."""
         largest = self._largest(allowed)
         if largest is None:
             return "no schedulable node in the cluster"
-        gpus, gpu_memory, cpu, memory = largest
-        if group.gpu >= 1 and group.gpu > gpus:
+        resource = too_big(group, largest)
+        if resource == "gpu":
             return (
                 f"each task needs {plural_gpus(group.gpu)} but the largest node has "
-                f"{plural_gpus(gpus)}"
+                f"{plural_gpus(largest.gpus)}"
             )
-        if group.gpu_memory > gpu_memory:
+        if resource == "gpu_memory":
             return (
                 f"each task needs {format_memory(group.gpu_memory)} of GPU memory but the "
-                f"largest device has {format_memory(gpu_memory)}"
+                f"largest device has {format_memory(largest.gpu_memory)}"
             )
-        if group.cpu > cpu + EPSILON:
+        if resource == "cpu":
             return f"each task needs {format_gpus(group.cpu)} CPU cores, more than any node has"
-        if group.memory > memory:
+        if resource == "memory":
             return f"each task needs {format_memory(group.memory)} memory, more than any node has"
         return None

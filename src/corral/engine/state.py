@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
+from corral.engine.admission import Largest
 from corral.engine.fragmentation import NodeClasses, Shape
 from corral.engine.kinds import CPU, GPU, MEMORY, Request
 from corral.model import Node, Placement, Queue, QueueStatus, Resources, TaskGroup, Workload
@@ -255,7 +256,7 @@ class PlacementCaches:
     eligible: dict[tuple[tuple[str, tuple[str, ...]], ...], frozenset[int]] = field(
         default_factory=dict
     )
-    largest: dict[Allowed, tuple[int, int, float, int] | None] = field(default_factory=dict)
+    largest: dict[Allowed, Largest | None] = field(default_factory=dict)
     buckets: dict[tuple[int, int, float, int, Allowed], tuple[int, list[int]]] = field(
         default_factory=dict
     )

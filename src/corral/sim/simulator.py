@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from corral.engine.quiet import Amounts, CycleGate, Order, Shape
 from corral.model import Decisions, Placement, Queue, Snapshot, TaskGroup, Workload
 from corral.sim.errors import SimError
 from corral.sim.metrics import (
@@ -54,7 +55,6 @@ from corral.sim.metrics import (
     stats,
 )
 from corral.sim.policies import POOL_PRIORITY, Setup
-from corral.sim.quiet import Amounts, CycleGate, Order, Shape
 from corral.sim.trace import Job, Trace
 from corral.sim.usage import UsageHistory
 

@@ -10,8 +10,8 @@ from corral.api.outputs import queue_out
 from corral.api.routes import PrefixedRoute
 from corral.api.rules import rules_payload
 from corral.api.schemas.queues import QueueIn, QueueOut, QueuePatch
-from corral.api.weights import settings_of
 from corral.control.plane import Loop
+from corral.model.usage import decay_settings
 from corral.store import QueueRecord, Store
 from corral.store.rules import queue_rules
 
@@ -24,7 +24,7 @@ def _queue_out(store: Store, loop: Loop, record: QueueRecord) -> QueueOut:
     # Its inherited time-decayed fair share settings, where the latest cycle used them.
     status = last.queues.get(record.queue.name) if last else None
     settings = (
-        settings_of([r.queue for r in store.list_queues()])
+        decay_settings([r.queue for r in store.list_queues()])
         if status is not None and status.weight is not None
         else None
     )
@@ -35,7 +35,7 @@ def _queue_out(store: Store, loop: Loop, record: QueueRecord) -> QueueOut:
 def list_queues(_: User, store: StoreDep, loop: LoopDep) -> list[QueueOut]:
     last = loop.last
     listed = store.list_queues_with_rules()
-    settings = settings_of([record.queue for record, _ in listed])
+    settings = decay_settings([record.queue for record, _ in listed])
     return [queue_out(record, rules, last, settings) for record, rules in listed]
 
 

@@ -37,9 +37,8 @@ from corral.api.schemas.workloads import (
     WorkloadOut,
 )
 from corral.api.submit import submit_one, submit_several
-from corral.api.why import explain
-from corral.api.why_depth import deepen
-from corral.api.why_pools import deepen_by_pool
+from corral.api.why import why_out
+from corral.control import explain
 from corral.control.watch import RECHECK_SECONDS
 from corral.store import (
     FINISHED,
@@ -223,10 +222,4 @@ def logs(
 @router.get("/workloads/{name}/why", response_model=WhyOut)
 def why(name: str, current: User, store: StoreDep, loop: LoopDep) -> WhyOut:
     record = visible_workload(store, current, name)
-    plain = explain(store, name, readable_projects(current))
-    queues = [queue.queue for queue in store.list_queues()]
-    last = loop.last
-    if last is None or not last.pools:
-        return deepen(plain, record.spec, queues, last)
-    pools = {node.node.name: node.node.pool for node in store.list_nodes()}
-    return deepen_by_pool(plain, record.spec, queues, last, pools)
+    return why_out(explain.why(store, record, readable_projects(current), loop.last))

@@ -1,4 +1,5 @@
-"""When a scheduling cycle cannot change anything, so the simulator may skip it.
+"""When a scheduling cycle cannot change anything, so that it may be skipped (the
+simulator does).
 
 A cycle binds or evicts only for pending work. Each action needs some pending workload
 that, if non-preemptible, stays within its queues' deserved quotas, and:
@@ -62,7 +63,7 @@ from corral.engine.quota import (
     could_stay_within_limit,
     over_fair_share,
 )
-from corral.model import Node, Queue
+from corral.model import Node, Queue, Snapshot
 from corral.model.usage import decay_settings
 
 Amounts = tuple[float, float, float]
@@ -198,6 +199,27 @@ class CycleGate:
         self.gpu_weights: dict[str, float] = {}
         # The fair shares as the totals stand, until they change.
         self._shares: dict[str, list[float]] | None = None
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, actions: Iterable[str]) -> CycleGate:
+        """The gate of `snapshot` as it stands, unsettled (every pending workload counts),
+        as the simulator's reports would have made it. Its answers hold for snapshots like
+        the simulator's: whole workloads (none elastic), every node schedulable, one pool,
+        nothing hidden."""
+        gate = cls(snapshot.nodes, snapshot.queues, actions)
+        for workload in snapshot.workloads:
+            groups = workload.task_groups
+            gpus = sum(group.gpu * group.replicas for group in groups)
+            cpu = sum(group.cpu * group.replicas for group in groups)
+            memory = float(sum(group.memory * group.replicas for group in groups))
+            shape = (gpus, workload.priority, workload.preemptible)
+            order = (-workload.priority, workload.submitted, workload.name)
+            plain = len(groups) == 1 and cpu == 0 and memory == 0
+            gate.arrived(workload.queue, shape, (gpus, cpu, memory), order, plain)
+            if workload.placements:
+                placed = (sum(p.gpu for p in workload.placements), cpu, memory)
+                gate.started(workload.queue, shape, (gpus, cpu, memory), placed, order, plain)
+        return gate
 
     # -- what the simulator reports ---------------------------------------------------
 

@@ -174,8 +174,10 @@ class DeviceWatch:
         self._thread.join(timeout=10)
 
     def met(self, first: str, second: str) -> bool:
-        """Whether `first` and `second` ran on a device at once (so far)."""
-        return frozenset((first, second)) in self.together
+        """Whether workloads `first` and `second` (names, or PROJECT/NAME keys) ran on a
+        device at once (so far)."""
+        short = {frozenset(key.rpartition("/")[2] for key in pair) for pair in self.together}
+        return frozenset((first, second)) in self.together | short
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):

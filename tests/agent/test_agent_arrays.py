@@ -93,7 +93,7 @@ def test_a_failed_dependency_blocks_or_cancels(up: CorralUp) -> None:
     assert up.wait_status("breaks")["status"] == "failed"
     assert up.wait_status("anyway")["status"] == "succeeded"
     doomed = up.wait_status("doomed", "cancelled")
-    assert doomed["reason"] == "cancelled: dependency breaks failed; it can never succeed"
+    assert doomed["reason"] == "cancelled: dependency team/breaks failed; it can never succeed"
     blocked = wait_until(
         lambda: (w := up.workload("blocked"))["reason"].startswith("dependency") and w,
         30,
@@ -101,7 +101,7 @@ def test_a_failed_dependency_blocks_or_cancels(up: CorralUp) -> None:
     )
     assert blocked["status"] == "pending" and blocked["started_at"] is None
     why = up.get("/workloads/blocked/why")
-    assert why["reason"].startswith("dependency breaks failed; it can never succeed")
+    assert why["reason"].startswith("dependency team/breaks failed; it can never succeed")
     history = {row["name"]: row for row in up.get("/history", project="team")}
     assert history["breaks"]["exit_code"] == 4
 

@@ -75,7 +75,7 @@ def test_a_reused_name_in_another_project_sees_none_of_the_first_ones_past(
     assert kinds == ["submitted", "bound", "task-started", "task-exited", "succeeded"], events
     # Its own directory, its logs and its events are its own, by its id.
     assert second["id"] > first["id"] and second["directory"] != first["directory"]
-    assert second["directory"] == f"shared.{second['id']}"
+    assert second["directory"] == f"blue_shared.{second['id']}"
     # What the first one left on disk went with it.
     gone = [folder / first["directory"] for folder in left]
     wait_until(lambda: not any(path.exists() for path in gone), 10, "the first one's files to go")

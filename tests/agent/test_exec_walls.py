@@ -237,7 +237,9 @@ def web(world: World) -> str:
     """alice's workspace: serves its own directory (private to her account) on `main`."""
     serve = 'exec /usr/bin/python3 -m http.server --bind "$CORRAL_HOST" "$CORRAL_PORT"'
     world.submit("alice", "alice-web", ["/bin/sh", "-c", serve], ports=[{"name": "main"}])
-    wait_until(lambda: proxied(world, "alice", "/w/alice-web/") == 200, 30, "alice-web to serve")
+    wait_until(
+        lambda: proxied(world, "alice", "/w/team/alice-web/") == 200, 30, "alice-web to serve"
+    )
     return "alice-web"
 
 
@@ -258,7 +260,7 @@ def test_a_teammate_is_refused_at_every_entry_with_why(world: World, web: str) -
     nothing. (Before, any member of the project got in, and ran commands as alice.)"""
     marker = world.shared / "bob-was-here"
     why = (
-        f"{web} is alice's: only alice, the project-admins of team and admins may reach "
+        f"team/{web} is alice's: only alice, the project-admins of team and admins may reach "
         "its tasks (exec, shell, port-forward, its URLs)"
     )
     for tty in (False, True):
@@ -268,7 +270,7 @@ def test_a_teammate_is_refused_at_every_entry_with_why(world: World, web: str) -
         session(world, "bob", forward_url(world, web)).close()
     assert forward.value.response.status_code == 403
     assert why in forward.value.response.body.decode()
-    assert proxied(world, "bob", f"/w/{web}/") == 403
+    assert proxied(world, "bob", f"/w/team/{web}/") == 403
     for command in (("shell", web), ("exec", web, "--", "touch", str(marker))):
         done = world.cli("bob", *command)
         assert done.returncode == 1 and f"403: {why}" in done.stderr, done
@@ -286,18 +288,19 @@ def test_the_owner_project_admins_and_admins_enter_as_the_owners_account(
     for who in ("alice", "pat", "admin"):
         ran = run_exec(world, who, web, ["id", "-un"])
         assert (ran.exit, ran.out) == (0, f"{world.accounts.alice}\n".encode()), (who, ran)
-        assert proxied(world, who, f"/w/{web}/") == 200, who
+        assert proxied(world, who, f"/w/team/{web}/") == 200, who
         with session(world, who, forward_url(world, web)) as forward:
             forward.send(b"GET / HTTP/1.0\r\n\r\n")
             assert forward.recv(timeout=30)[:12] == b"HTTP/1.0 200", who
 
 
 def audit_of(world: World, method: str, workload: str) -> list[dict[str, Any]]:
-    """The audit log's sessions of `method` into `workload`, oldest first."""
+    """The audit log's sessions of `method` into `workload` (of team, which the log names
+    as team/NAME), oldest first."""
     with world.api("admin") as api:
         answer = api.get("/audit", params={"action": method})
     assert answer.status_code == 200, answer.text
-    return [r for r in answer.json() if r["workload"] == workload]
+    return [r for r in answer.json() if r["workload"] == f"team/{workload}"]
 
 
 def test_an_owners_exec_is_audited_from_start_to_end(world: World, web: str) -> None:
@@ -408,7 +411,7 @@ def test_a_project_admin_made_a_member_loses_a_session_into_a_teammates_workload
             assert api.put("/users/quinn/projects/team", json={"role": "member"}).is_success
         took, code, reason = ended_after(ws, time.monotonic())
         assert took < ENDS_WITHIN and code == ACCESS_ENDED, (took, code, reason)
-        assert reason.startswith(f"session ended: {web} is alice's: only alice"), reason
+        assert reason.startswith(f"session ended: team/{web} is alice's: only alice"), reason
     wait_until(lambda: not runs("sleep", marker), ENDS_WITHIN, "the session's command to be killed")
 
 

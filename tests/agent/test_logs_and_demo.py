@@ -65,7 +65,7 @@ def test_demo_tells_the_pooling_story(tmp_path: Path) -> None:
     assert list(temporary.iterdir()) == []
     out = demo.stdout
     assert "allocated GPUs: team-a 8/2 deserved" in out
-    assert "preempted: reclaim for b-job" in out
+    assert "preempted: reclaim for team-b/b-job" in out
     assert "team-a 6/2 deserved, team-b 2/2 deserved" in out
     assert "resuming from step" in out
     assert "the preempted job resumed from its checkpoint" in out

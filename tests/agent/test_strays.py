@@ -243,7 +243,7 @@ def test_a_victim_left_running_by_a_crash_is_stopped_after_the_restart(
     up.kill9()
     store = Store(database_url(up.data_dir, None))
     try:
-        store.suspend("victim", "suspended while the server was down")
+        store.suspend("team/victim", "suspended while the server was down")
     finally:
         store.close()
     assert running(pid), "the task died with the server"

@@ -309,14 +309,14 @@ def test_a_tasks_port_answers_its_own_account_and_corral_only(
     )
     bob = pwd.getpwnam(unix_accounts.bob).pw_uid
     cluster.submit(cluster.bob, "bob-web", ["sh", "-c", SERVE], ports=("main",))
-    wait_until(lambda: proxied(up, cluster.bob, "/w/bob-web/") == 200, 30, "bob-web to serve")
+    wait_until(lambda: proxied(up, cluster.bob, "/w/team/bob-web/") == 200, 30, "bob-web to serve")
     tried = knock(cluster, cluster.alice, "alice-knocks", bob)
     assert tried and all(line.startswith("refused") for line in tried), tried
     assert all("Connection refused" in line for line in tried), tried
     own = knock(cluster, cluster.bob, "bob-knocks", bob)
     assert own and all(line.startswith("open") for line in own), own
-    assert proxied(up, cluster.bob, "/w/bob-web/") == 200
-    assert proxied(up, up.token, "/w/bob-web/") == 200
+    assert proxied(up, cluster.bob, "/w/team/bob-web/") == 200
+    assert proxied(up, up.token, "/w/team/bob-web/") == 200
     assert len(walled(up.data_dir, up.directory("bob-web"))) == 1
     cluster.cancel(cluster.bob, "bob-web")
     up.wait_status("bob-web", "failed", "succeeded", "cancelled", timeout=30)

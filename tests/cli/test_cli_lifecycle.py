@@ -43,7 +43,7 @@ def test_array_after_cancel_and_history(admin: Cli, api: httpx.Client) -> None:
     assert out == "Submitted later to life (pending).\n"
     later = api.get("/workloads/later").json()
     assert later["after"] == ["sweep-0:ok", "sweep-1:any"] and later["kill_on_invalid_dep"]
-    assert later["reason"] == "waiting for sweep-0 to succeed, sweep-1 to end"
+    assert later["reason"] == "waiting for life/sweep-0 to succeed, life/sweep-1 to end"
 
     described = admin.ok("describe", "later")
     assert "after" in described and "sweep-0:ok, sweep-1:any; cancelled if one" in described

@@ -176,7 +176,7 @@ def test_apply_names_the_document_and_field_that_is_wrong(
         "{name: apx-two, tasks: [{gpu: 1}]}\n"
     )
     assert admin.fails("apply", "-f", str(path), "-p", "apx", code=1) == (
-        f"{path}: workload 'apx-two' already exists (nothing was submitted)"
+        f"{path}: workload 'apx-two' already exists in apx (nothing was submitted)"
     )
     assert api.get("/workloads/apx-ok").status_code == 404
     for text, message in [
@@ -284,7 +284,7 @@ def test_describe_lists_every_attempt_with_its_cause(admin: Cli, api: httpx.Clie
     assert row(described, "1")[3:] == ["at-node", "requeued", "node at-node was removed"]
     preempted = row(described, "2")
     assert preempted[3:5] == ["at-node", "preempted"]
-    assert preempted[5].startswith("preempted: preempt for at-high")
+    assert preempted[5].startswith("preempted: preempt for at/at-high")
     assert row(described, "3")[3:] == ["at-node", "suspended", "by admin"]
     attempts = admin.json("describe", "at-job")["attempts"]
     assert [(a["number"], a["outcome"]) for a in attempts] == [
@@ -305,7 +305,7 @@ def test_suspend_resume_and_delete(admin: Cli, api: httpx.Client) -> None:
     assert admin.ok("resume", "sr-job").startswith("Resumed sr-job (")
     _status(api, "sr-job", "running")
     assert admin.fails("resume", "sr-job", code=1) == (
-        "workload 'sr-job' is running, not suspended"
+        "workload 'sr/sr-job' is running, not suspended"
     )
     assert admin.ok("delete", "sr-job") == "Deleted sr-job.\n"
     assert api.get("/workloads/sr-job").status_code == 404
@@ -342,3 +342,19 @@ def test_secrets_from_the_cli(admin: Cli, api: httpx.Client, tmp_path: Path) -> 
     assert "TOKEN <- secret HF" in described
     admin.ok("secret", "delete", "HF", "-p", "sk")
     assert [s["name"] for s in api.get("/projects/sk/secrets").json()] == ["API_KEY"]
+
+
+def test_a_name_in_two_projects_is_told_apart_by_its_project(admin: Cli, api: httpx.Client) -> None:
+    """A name is unique within its project: the CLI takes PROJECT/NAME or `-p PROJECT`,
+    and a name the admin reads in two projects is refused with both named."""
+    for project in ("twin-a", "twin-b"):
+        make(api, "/queues", {"name": project})
+        admin.ok("submit", "twin", "-p", project, "-g", "0", "--", "true")
+    both = admin.fails("describe", "twin", code=1)
+    assert "twin-a/twin" in both and "twin-b/twin" in both and "give its project" in both
+    described = admin.json("describe", "twin-b/twin")["workload"]
+    assert (described["project"], described["name"]) == ("twin-b", "twin")
+    assert admin.json("describe", "twin", "-p", "twin-a")["workload"]["project"] == "twin-a"
+    assert "--project" in admin.fails("describe", "twin-a/twin", "-p", "twin-b", code=2)
+    assert admin.ok("delete", "twin", "-p", "twin-a") == "Deleted twin-a/twin.\n"
+    assert admin.json("describe", "twin")["workload"]["project"] == "twin-b"

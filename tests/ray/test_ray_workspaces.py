@@ -98,7 +98,7 @@ class Site:
             who="admin",
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
-        assert f"/w/{name}/" in done.stdout, done.stdout
+        assert f"/w/team-a/{name}/" in done.stdout, done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -125,18 +125,18 @@ def test_a_workspace_on_a_worker_node_through_the_proxy(site: Site, web: str) ->
     node = site.server.nodes()[site.server.get(f"/workspaces/{web}")["node"]]
     assert node["name"] == "a" and node["address"] == WORKER_ADDRESS, node
     with site.http("alice") as http:
-        listing = http.get("/w/web/")
+        listing = http.get("/w/team-a/web/")
         assert listing.status_code == 200 and "Directory listing" in listing.text
-    with site.ws("/w/web/ws/") as ws:
+    with site.ws("/w/team-a/web/ws/") as ws:
         ws.send("ping over ray")
         assert ws.recv(timeout=30) == "ping over ray"
         ws.send(b"\x00\x01binary")
         assert ws.recv(timeout=30) == b"\x00\x01binary"
     # Outsiders: another project's member sees no such workload; nobody without a token.
     with site.http("bob") as http:
-        assert http.get("/w/web/").status_code == 404
+        assert http.get("/w/team-a/web/").status_code == 404
     with site.http(None) as http:
-        assert http.get("/w/web/").status_code == 401
+        assert http.get("/w/team-a/web/").status_code == 401
 
 
 def test_exec_gives_output_and_exit_code_on_the_node(site: Site, web: str) -> None:
@@ -242,7 +242,7 @@ def test_stopping_the_workload_closes_every_session(site: Site) -> None:
             site.ws("/api/v1/workloads/victim/exec?command=/bin/sh&tty=true")
         )
         forward = stack.enter_context(site.ws("/api/v1/workloads/victim/ports/main/forward"))
-        echo = stack.enter_context(site.ws("/w/victim/ws/"))
+        echo = stack.enter_context(site.ws("/w/team-a/victim/ws/"))
         forward.send(b"GET / HTTP/1.0\r\n\r\n")
         assert b"200" in forward.recv(timeout=30)
         shell.send(b"echo ready\n")

@@ -905,4 +905,4 @@ def test_a_gang_that_waited_gets_a_reservation_and_short_work_backfills(api: Api
     short = api.submit(project["name"], pool, gpu=1, max_runtime="10m")
     api.wait_status(short["name"], "running")
     reason = api.wait_considered(long["name"])["reason"]
-    assert reason.endswith(f"reserved for {gang['name']}: {node['name']}"), reason
+    assert reason.endswith(f"reserved for {gang['project']}/{gang['name']}: {node['name']}"), reason

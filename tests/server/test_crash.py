@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 from server_support import Api, checked, wait_for
 
+from corral.model.spec import short_name
 from corral.store import Store, database_url
 
 THREADS = 8
@@ -81,12 +82,14 @@ def _check_store(server: Any, acknowledged: dict[str, str], sent: set[str]) -> i
         tags = Counter(record.spec.env.get("SEQ") for record in workloads)
         assert set(tags) <= sent, set(tags) - sent
         assert [tag for tag, count in tags.items() if count > 1] == []
-        names = {record.spec.env["SEQ"]: record.name for record in workloads}
+        names = {record.spec.env["SEQ"]: short_name(record.name) for record in workloads}
         for tag, name in acknowledged.items():
             assert names.get(tag) == name, f"acknowledged {tag} ({name}) is missing"
         # Each workload came with its event, in the same transaction.
         submitted = Counter(
-            e.workload for e in store.events(limit=100_000) if e.kind == "submitted"
+            short_name(e.workload or "")
+            for e in store.events(limit=100_000)
+            if e.kind == "submitted"
         )
         assert submitted == Counter(names.values())
         for record in workloads:

@@ -27,14 +27,15 @@ def test_binding_and_eviction_are_logged_and_reads_are_not(api: Api, shared_serv
     node = api.node(pool, gpus=1)["name"]
     low = api.submit(project, pool, name=unique("low"))["name"]
     api.wait_status(low, "running")
-    bound = f"bound {low}: 1 task on {node} (GPUs 0)"
+    # The log names workloads by their keys, PROJECT/NAME.
+    bound = f"bound {project}/{low}: 1 task on {node} (GPUs 0)"
     wait_for(lambda: bound in _log(shared_server), "the binding in the log")
 
     high = api.submit(project, pool, name=unique("high"), priority="inference")["name"]
     api.wait_status(high, "running")
-    evicted = f"evicted {low} (tasks 0) by preempt for {high}: "
+    evicted = f"evicted {project}/{low} (tasks 0) by preempt for {project}/{high}: "
     wait_for(lambda: evicted in _log(shared_server), "the eviction in the log")
-    assert f"bound {high}: 1 task on {node} (GPUs 0)" in _log(shared_server)
+    assert f"bound {project}/{high}: 1 task on {node} (GPUs 0)" in _log(shared_server)
     # Requeued, its wait starts again from the eviction.
     requeued = api.workload(low)
     assert requeued["status"] == "pending"

@@ -206,17 +206,20 @@ def test_dependencies_hold_work_until_met(api: Api) -> None:
     for name in (needs_ok, needs_end, killed):
         workload = api.workload(name)
         assert workload["status"] == "pending", workload
-    assert api.workload(needs_ok)["reason"] == f"waiting for {first} to succeed"
-    assert api.workload(needs_end)["reason"] == f"waiting for {first} to end"
+    # Reasons name workloads by their keys, PROJECT/NAME.
+    assert api.workload(needs_ok)["reason"] == f"waiting for {project}/{first} to succeed"
+    assert api.workload(needs_end)["reason"] == f"waiting for {project}/{first} to end"
     assert api.workload(needs_ok)["after"] == [f"{first}:ok"]
     why = api.admin.get(f"/workloads/{needs_ok}/why").json()
-    assert why["reason"] == f"waiting for {first} to succeed"
+    assert why["reason"] == f"waiting for {project}/{first} to succeed"
 
     # Cancelled: `any` is met, `ok` never will be.
     api.admin.post(f"/workloads/{first}/cancel")
     api.wait_status(needs_end, "running")
     done = api.wait_status(killed, "cancelled")
-    assert done["reason"] == f"cancelled: dependency {first} cancelled; it can never succeed"
+    assert (
+        done["reason"] == f"cancelled: dependency {project}/{first} cancelled; it can never succeed"
+    )
     assert done["cancelled_by"] == "scheduler"
 
     def blocked() -> dict[str, Any] | None:
@@ -226,7 +229,8 @@ def test_dependencies_hold_work_until_met(api: Api) -> None:
     stuck = wait_for(blocked, "the reason of a dependency that can never be met")
     assert stuck["status"] == "pending"
     assert stuck["reason"] == (
-        f"dependency {first} cancelled; it can never succeed (cancel or delete this workload)"
+        f"dependency {project}/{first} cancelled; it can never succeed "
+        "(cancel or delete this workload)"
     )
 
 

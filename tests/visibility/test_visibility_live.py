@@ -108,7 +108,7 @@ def test_devices_show_who_holds_them_and_how_busy_they_are(settled: CorralUp) ->
     devices = {d["device"]: d for d in settled.get("/telemetry/devices")}
     busy_device = settled.workload("busy")["placements"][0]["devices"][0]
     held = devices[busy_device]
-    assert (held["workloads"], held["state"], held["source"]) == (["busy"], "busy", "declared")
+    assert (held["workloads"], held["state"], held["source"]) == (["lab/busy"], "busy", "declared")
     assert held["utilization"] == 80 and held["virtual"] is True
     free = devices[1 - busy_device]
     assert (free["workloads"], free["state"], free["source"]) == ([], "free", "none")
@@ -155,8 +155,9 @@ def test_metrics_agree_with_the_api(settled: CorralUp) -> None:
 
 def test_usage_from_the_api_and_the_cli(settled: CorralUp) -> None:
     rows = {row["key"]: row for row in settled.get("/usage", since="1h", by="workload")}
-    assert set(rows) == {"quiet", "busy"}
-    busy, quiet = rows["busy"], rows["quiet"]
+    # By workload, each is PROJECT/NAME: names are unique only within a project.
+    assert set(rows) == {"lab/quiet", "lab/busy"}
+    busy, quiet = rows["lab/busy"], rows["lab/quiet"]
     assert busy["gpu_hours_used"] > 0 and quiet["gpu_hours_used"] == 0
     assert quiet["gpu_hours_idle"] > 0
     # 6 s idle before the suspension, and its first sample at the latest half a second on.

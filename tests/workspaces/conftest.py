@@ -42,5 +42,5 @@ def notebook(corral: Server) -> str:
     """`corral workspace create nb -p team-a -g 0.5 --jupyter`, answering through the proxy."""
     done = corral.cli("workspace", "create", "nb", "-p", "team-a", "-g", "0.5", "--jupyter")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{corral.url}/w/nb/" in done.stdout, done.stdout
+    assert f"{corral.url}/w/team-a/nb/" in done.stdout, done.stdout
     return "nb"

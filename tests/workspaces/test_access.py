@@ -33,12 +33,16 @@ def test_an_outsider_is_refused_at_every_entry(
     marker = tmp_path / "ran"
     for who, status in (("mia", 403), ("bob", 404), ("vera", 403), (None, 401)):
         with corral.http(who) as http:
-            for path in (f"/w/{notebook}/", f"/w/{notebook}/api/status", f"/w/{notebook}/api"):
+            for path in (
+                f"/w/team-a/{notebook}/",
+                f"/w/team-a/{notebook}/api/status",
+                f"/w/team-a/{notebook}/api",
+            ):
                 answer = http.get(path)
                 assert answer.status_code == status, (who, path, answer.text)
                 assert "detail" in answer.json()
-            assert http.post(f"/w/{notebook}/api/kernels", json={}).status_code == status
-        kernels = f"/w/{notebook}/api/kernels/x/channels"
+            assert http.post(f"/w/team-a/{notebook}/api/kernels", json={}).status_code == status
+        kernels = f"/w/team-a/{notebook}/api/kernels/x/channels"
         assert refused_socket(corral, kernels, who) == status
         assert refused_socket(corral, exec_path(notebook, "touch", str(marker)), who) == status
         forward = f"/api/v1/workloads/{notebook}/ports/main/forward"
@@ -46,8 +50,10 @@ def test_an_outsider_is_refused_at_every_entry(
     assert not marker.exists()
     # A teammate is told why: the workspace is the admin's, and runs as the admin's account.
     with corral.http("mia") as http:
-        detail = http.get(f"/w/{notebook}/").json()["detail"]
-    assert detail.startswith(f"{notebook} is admin's: only admin, the project-admins of team-a")
+        detail = http.get(f"/w/team-a/{notebook}/").json()["detail"]
+    assert detail.startswith(
+        f"team-a/{notebook} is admin's: only admin, the project-admins of team-a"
+    )
     # The CLI says so, and runs nothing.
     done = corral.cli("exec", notebook, "--", "touch", str(marker), who="bob")
     assert done.returncode != 0 and "404" in done.stderr and "not found" in done.stderr
@@ -60,9 +66,11 @@ def test_an_outsider_is_refused_at_every_entry(
 
 def test_a_token_in_the_url_alone_gets_nowhere(corral: Server, notebook: str) -> None:
     with corral.http(None) as http:
-        answer = http.get(f"/w/{notebook}/api/status", params={"token": corral.tokens["admin"]})
+        answer = http.get(
+            f"/w/team-a/{notebook}/api/status", params={"token": corral.tokens["admin"]}
+        )
         assert answer.status_code == 401
-        page = http.get(f"/w/{notebook}/tree", headers={"Accept": "text/html"})
+        page = http.get(f"/w/team-a/{notebook}/tree", headers={"Accept": "text/html"})
         assert page.status_code == 303
         assert page.headers["location"].startswith("/login?next=")
 
@@ -70,9 +78,9 @@ def test_a_token_in_the_url_alone_gets_nowhere(corral: Server, notebook: str) ->
 def test_a_cross_site_request_with_the_cookie_is_refused(corral: Server, notebook: str) -> None:
     with corral.http(None) as http:
         http.cookies.set("corral_token", corral.tokens["alice"])
-        assert http.get(f"/w/{notebook}/api/status").status_code == 200
+        assert http.get(f"/w/team-a/{notebook}/api/status").status_code == 200
         answer = http.post(
-            f"/w/{notebook}/api/kernels", json={}, headers={"Origin": "http://evil.example"}
+            f"/w/team-a/{notebook}/api/kernels", json={}, headers={"Origin": "http://evil.example"}
         )
         assert answer.status_code == 403
 
@@ -117,14 +125,14 @@ def test_the_workload_never_sees_the_users_token(corral: Server, tmp_path: Path)
     with corral.http("alice") as http:
         http.cookies.set("corral_token", corral.tokens["alice"])
         http.cookies.set("theirs", "kept")
-        answer = http.get("/w/echo/some/path?q=1")
+        answer = http.get("/w/team-a/echo/some/path?q=1")
         assert answer.status_code == 200, answer.text
         seen = answer.json()
         assert seen["path"] == "/some/path?q=1"
         # An encoded "/" stays encoded.
-        assert http.get("/w/echo/a%2Fb%20c").json()["path"] == "/a%2Fb%20c"
+        assert http.get("/w/team-a/echo/a%2Fb%20c").json()["path"] == "/a%2Fb%20c"
         # The other declared port has its own path, without its prefix either.
-        other = http.get("/w/echo/extra/x").json()
+        other = http.get("/w/team-a/echo/extra/x").json()
         assert other["path"] == "/x" and other["port"] != seen["port"]
         headers = {key.lower(): value for key, value in seen["headers"].items()}
         assert "authorization" not in headers
@@ -168,7 +176,7 @@ def test_bad_input_is_a_clear_4xx(corral: Server, notebook: str) -> None:
         upper = api.post("/workloads", json={**body, "name": "upper", "ports": [{"name": "A"}]})
         assert upper.status_code == 422 and "ports" in upper.text
     with corral.http("alice") as http:
-        waiting = http.get("/w/waiting/")
+        waiting = http.get("/w/team-a/waiting/")
         assert waiting.status_code == 409 and "pending" in waiting.json()["detail"]
     assert refused_socket(corral, exec_path("waiting", "true"), "alice") == 409
     with corral.api() as api:

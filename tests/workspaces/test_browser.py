@@ -50,11 +50,11 @@ def test_login_then_open_the_notebook(
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     # Not logged in: the notebook's URL leads to the login page, then back to it.
-    page.goto(f"{corral.url}/w/{notebook}/api/status")
+    page.goto(f"{corral.url}/w/team-a/{notebook}/api/status")
     assert "/login" in page.url
     page.fill("#token", corral.tokens["alice"])
     page.click("button[type=submit]")
-    page.wait_for_url(f"{corral.url}/w/{notebook}/api/status")
+    page.wait_for_url(f"{corral.url}/w/team-a/{notebook}/api/status")
     assert '"kernels"' in page.content()
     cookie = next(c for c in browser.cookies() if c["name"] == "corral_token")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
@@ -65,7 +65,7 @@ def test_login_then_open_the_notebook(
     assert page.get_by_test_id(f"workspace-{notebook}-idle").inner_text() != ""
     page.get_by_test_id(f"workspace-{notebook}-open-main").click()
     page.wait_for_load_state()
-    assert page.url.startswith(f"{corral.url}/w/{notebook}/")
+    assert page.url.startswith(f"{corral.url}/w/team-a/{notebook}/")
     assert "Jupyter" in page.content()
     assert not errors, errors
     page.close()

@@ -16,17 +16,20 @@ from session_support import ACCESS_ENDED, ended_after
 def test_the_api_answers_through_the_proxy(corral: Server, notebook: str) -> None:
     for who in ("admin", "alice"):
         with corral.http(who) as http:
-            answer = http.get(f"/w/{notebook}/api/status")
+            answer = http.get(f"/w/team-a/{notebook}/api/status")
             assert answer.status_code == 200, answer.text
             assert "kernels" in answer.json()
 
 
 def test_a_kernel_runs_one_plus_one_over_the_websocket(corral: Server, notebook: str) -> None:
     with corral.http("alice") as http:
-        answer = http.post(f"/w/{notebook}/api/kernels", json={"name": "python3"})
+        answer = http.post(f"/w/team-a/{notebook}/api/kernels", json={"name": "python3"})
         assert answer.status_code == 201, answer.text
         kernel = answer.json()["id"]
-    url = corral.url.replace("http://", "ws://") + f"/w/{notebook}/api/kernels/{kernel}/channels"
+    url = (
+        corral.url.replace("http://", "ws://")
+        + f"/w/team-a/{notebook}/api/kernels/{kernel}/channels"
+    )
     message_id = uuid.uuid4().hex
     request = {
         "header": {
@@ -57,14 +60,14 @@ def test_a_kernel_runs_one_plus_one_over_the_websocket(corral: Server, notebook:
                 raise AssertionError(message["content"])
     assert result == "2"
     with corral.http("alice") as http:
-        assert http.delete(f"/w/{notebook}/api/kernels/{kernel}").status_code == 204
+        assert http.delete(f"/w/team-a/{notebook}/api/kernels/{kernel}").status_code == 204
     # Writes through the proxy are audited, with who made them.
     with corral.api() as api:
         records = api.get("/audit").json()
     made = [
         (r["method"], r["user"], r["status"])
         for r in records
-        if r["path"] == f"/w/{notebook}/api/kernels"
+        if r["path"] == f"/w/team-a/{notebook}/api/kernels"
     ]
     assert ("POST", "alice", 201) in made
 
@@ -75,10 +78,13 @@ def test_a_revoked_token_ends_a_kernels_websocket_within_5_s(corral: Server, not
     with corral.api() as api:
         made = api.post("/users/alice/tokens", json={"name": "kernel"}).json()
     with corral.http("alice") as http:
-        answer = http.post(f"/w/{notebook}/api/kernels", json={"name": "python3"})
+        answer = http.post(f"/w/team-a/{notebook}/api/kernels", json={"name": "python3"})
         assert answer.status_code == 201, answer.text
         kernel = answer.json()["id"]
-    url = corral.url.replace("http://", "ws://") + f"/w/{notebook}/api/kernels/{kernel}/channels"
+    url = (
+        corral.url.replace("http://", "ws://")
+        + f"/w/team-a/{notebook}/api/kernels/{kernel}/channels"
+    )
     try:
         with connect(url, additional_headers={"Authorization": f"Bearer {made['token']}"}) as ws:
             with corral.api() as api:
@@ -88,4 +94,4 @@ def test_a_revoked_token_ends_a_kernels_websocket_within_5_s(corral: Server, not
             assert reason == "session ended: the token is not valid"
     finally:
         with corral.http("alice") as http:
-            assert http.delete(f"/w/{notebook}/api/kernels/{kernel}").status_code == 204
+            assert http.delete(f"/w/team-a/{notebook}/api/kernels/{kernel}").status_code == 204

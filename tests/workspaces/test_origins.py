@@ -1,5 +1,5 @@
 """One origin per workspace (`corral up --workspace-domain ws.test`): a browser logged in
-on the server's host is sent to NAME.ws.test with a one-time ticket, gets that host's
+on the server's host is sent to NAME-ID.ws.test with a one-time ticket, gets that host's
 own cookie, and a workspace's page can reach neither another workspace nor the API with
 the user's credentials. HTTP checks with Host headers, then the same in Chromium, whose
 resolver maps *.ws.test to 127.0.0.1."""
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext
 
 DOMAIN = "ws.test"
+# Workspace name -> the label of its host (NAME-ID), once the module's server made them.
+LABELS: dict[str, str] = {}
 SERVE = 'exec "$0" -m http.server --bind "$CORRAL_HOST" "$CORRAL_PORT"'
 HTML = {"Accept": "text/html"}
 
@@ -51,6 +53,10 @@ def corral(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 "--", "/bin/sh", "-c", SERVE, sys.executable,
             )  # fmt: skip
             assert done.returncode == 0, done.stdout + done.stderr
+            # Its own host is named NAME-ID: names are unique only within a project.
+            with server.api("admin") as api:
+                found = api.get(f"/workloads/{name}", params={"project": "team-a"}).json()
+            LABELS[name] = f"{name}-{found['id']}"
         yield server
     finally:
         stop_server(server.process, data_dir)
@@ -61,7 +67,7 @@ def port_of(corral: Server) -> int:
 
 
 def host(corral: Server, workload: str) -> dict[str, str]:
-    return {"Host": f"{workload}.{DOMAIN}:{port_of(corral)}"}
+    return {"Host": f"{LABELS[workload]}.{DOMAIN}:{port_of(corral)}"}
 
 
 def client(corral: Server) -> httpx.Client:
@@ -86,14 +92,15 @@ def handoff(corral: Server, http: httpx.Client, who: str, path: str) -> str:
 def enter(corral: Server, http: httpx.Client, who: str, workload: str) -> str:
     """The way of a browser logged in as `who`: the server's host sends it to the
     workspace's host with a ticket; the ticket is traded for that host's cookie."""
-    location = urlsplit(handoff(corral, http, who, f"/w/{workload}/?x=1"))
-    assert (location.scheme, location.netloc) == ("http", f"{workload}.{DOMAIN}:{port_of(corral)}")
+    location = urlsplit(handoff(corral, http, who, f"/w/team-a/{workload}/?x=1"))
+    netloc = f"{LABELS[workload]}.{DOMAIN}:{port_of(corral)}"
+    assert (location.scheme, location.netloc) == ("http", netloc)
     assert location.path == "/_corral/enter"
     query = parse_qs(location.query)
-    assert query["next"] == [f"/w/{workload}/?x=1"]
+    assert query["next"] == [f"/w/team-a/{workload}/?x=1"]
     entered = http.get(f"{location.path}?{location.query}", headers=host(corral, workload))
     assert entered.status_code == 303, entered.text
-    assert entered.headers["location"] == f"/w/{workload}/?x=1"
+    assert entered.headers["location"] == f"/w/team-a/{workload}/?x=1"
     cookie = entered.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=lax" in cookie and "Path=/" in cookie
     assert "Domain" not in cookie  # its own host only
@@ -108,20 +115,20 @@ def test_a_browser_gets_to_the_workspace_at_its_own_host(corral: Server) -> None
     with client(corral) as http:
         session = enter(corral, http, "alice", "web")
         mine = {**host(corral, "web"), "Cookie": f"corral_ws={session}"}
-        listing = http.get("/w/web/", headers=mine)
+        listing = http.get("/w/team-a/web/", headers=mine)
         assert listing.status_code == 200 and "Directory listing" in listing.text
         # That host serves that workspace and nothing else: not another's paths, not the
         # API, not the dashboard.
-        for path in ("/w/web2/", "/api/v1/workloads", "/login", "/"):
+        for path in ("/w/team-a/web2/", "/api/v1/workloads", "/login", "/"):
             assert http.get(path, headers=mine).status_code == 404, path
         # The session is that workspace's: on another's host it is nobody's.
         theirs = {**host(corral, "web2"), "Cookie": f"corral_ws={session}"}
-        assert http.get("/w/web2/", headers=theirs).status_code == 401
+        assert http.get("/w/team-a/web2/", headers=theirs).status_code == 401
         # A write from another workspace's page (its Origin) is refused.
-        origin = {"Origin": f"http://web2.{DOMAIN}:{port_of(corral)}"}
-        assert http.post("/w/web/", headers={**mine, **origin}).status_code == 403
+        origin = {"Origin": f"http://{LABELS['web2']}.{DOMAIN}:{port_of(corral)}"}
+        assert http.post("/w/team-a/web/", headers={**mine, **origin}).status_code == 403
         # A ticket is the workspace's it was made for.
-        entry = urlsplit(handoff(corral, http, "alice", "/w/web/"))
+        entry = urlsplit(handoff(corral, http, "alice", "/w/team-a/web/"))
         crossed = http.get(f"{entry.path}?{entry.query}", headers=host(corral, "web2"))
         assert crossed.status_code == 403
 
@@ -130,17 +137,19 @@ def test_the_servers_host_keeps_scripts_and_refuses_outsiders(corral: Server) ->
     with client(corral) as http:
         # Scripts (a bearer token) are served on the server's host as before.
         bearer = {"Authorization": f"Bearer {corral.tokens['alice']}"}
-        assert http.get("/w/web/", headers=bearer).status_code == 200
+        assert http.get("/w/team-a/web/", headers=bearer).status_code == 200
         # And on the workspace's host.
-        assert http.get("/w/web/", headers={**bearer, **host(corral, "web")}).status_code == 200
+        assert (
+            http.get("/w/team-a/web/", headers={**bearer, **host(corral, "web")}).status_code == 200
+        )
         # A browser's write to the server's host is not proxied there.
         http.cookies.set("corral_token", corral.tokens["alice"])
-        assert http.post("/w/web/").status_code == 403
+        assert http.post("/w/team-a/web/").status_code == 403
         # An outsider gets no ticket; nobody gets in without credentials.
         http.cookies.set("corral_token", corral.tokens["bob"])
-        assert http.get("/w/web/", headers=HTML).status_code == 404
+        assert http.get("/w/team-a/web/", headers=HTML).status_code == 404
         http.cookies.clear()
-        assert http.get("/w/web/", headers=host(corral, "web")).status_code == 401
+        assert http.get("/w/team-a/web/", headers=host(corral, "web")).status_code == 401
         assert (
             http.get("/_corral/enter?ticket=guess", headers=host(corral, "web")).status_code == 403
         )
@@ -180,17 +189,20 @@ def test_in_chromium_a_workspace_page_cannot_reach_another(
     browser: BrowserContext, corral: Server
 ) -> None:
     page = browser.new_page()
-    page.goto(f"{corral.url}/login?next=/w/web/")
+    page.goto(f"{corral.url}/login?next=/w/team-a/web/")
     page.fill("#token", corral.tokens["alice"])
     page.click("button[type=submit]")
-    home = f"http://web.{DOMAIN}:{port_of(corral)}/w/web/"
+    home = f"http://{LABELS['web']}.{DOMAIN}:{port_of(corral)}/w/team-a/web/"
     try:
         page.wait_for_url(home)
     except Exception:
         raise AssertionError(f"at {page.url}: {page.content()[:500]}") from None
     assert "Directory listing" in page.content()
     names = {c["name"]: c for c in browser.cookies()}
-    assert names["corral_ws"]["domain"] == f"web.{DOMAIN}" and names["corral_ws"]["httpOnly"]
+    assert (
+        names["corral_ws"]["domain"] == f"{LABELS['web']}.{DOMAIN}"
+        and names["corral_ws"]["httpOnly"]
+    )
     # From web's page: another workspace's origin and the server's API both refuse to be
     # read, and the user's cookies are out of the page's reach.
     results = page.evaluate(
@@ -206,7 +218,10 @@ def test_in_chromium_a_workspace_page_cannot_reach_another(
             }
             return out;
         }""",
-        [f"http://web2.{DOMAIN}:{port_of(corral)}/w/web2/", f"{corral.url}/api/v1/workloads"],
+        [
+            f"http://{LABELS['web2']}.{DOMAIN}:{port_of(corral)}/w/team-a/web2/",
+            f"{corral.url}/api/v1/workloads",
+        ],
     )
     assert results == {"cookie": "", "other": "refused", "api": "refused"}, results
     page.close()

@@ -40,7 +40,7 @@ def create_web(corral: Server, name: str) -> None:
         sys.executable,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"/w/{name}/" in done.stdout
+    assert f"/w/team-a/{name}/" in done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +70,9 @@ def test_exec_gives_output_and_exit_code(corral: Server, web: str) -> None:
     # Standard input reaches it, and its end too.
     done = corral.cli("exec", "web", "--", "/bin/cat", stdin="hello\nworld\n")
     assert done.returncode == 0 and done.stdout == "hello\nworld\n"
-    # The proxy strips /w/web/ for a program that does not know its prefix.
+    # The proxy strips /w/team-a/web/ for a program that does not know its prefix.
     with corral.http("alice") as http:
-        listing = http.get("/w/web/")
+        listing = http.get("/w/team-a/web/")
         assert listing.status_code == 200 and "Directory listing" in listing.text
 
 
@@ -112,7 +112,7 @@ def test_port_forward_by_number_to_any_free_local_port(corral: Server, web: str)
     other = str(int(remote) + 1 if int(remote) < 65535 else int(remote) - 1)
     refused = corral.cli("port-forward", "web", f"{free_port()}:{other}", who="alice")
     assert refused.returncode != 0
-    assert f"404: workload web declares no port on number '{other}'" in refused.stderr
+    assert f"404: workload team-a/web declares no port on number '{other}'" in refused.stderr
     assert f"(its ports: main on {remote})" in refused.stderr
 
 
@@ -209,7 +209,7 @@ def test_a_slow_or_vanished_client_blocks_nobody_else(corral: Server, web: str) 
     host = corral.url.removeprefix("http://")
     address, port = host.split(":")
     request = (
-        f"GET /w/web/big.bin HTTP/1.1\r\nHost: {host}\r\n"
+        f"GET /w/team-a/web/big.bin HTTP/1.1\r\nHost: {host}\r\n"
         f"Authorization: Bearer {corral.tokens['alice']}\r\n\r\n"
     ).encode()
     with contextlib.ExitStack() as stack:
@@ -224,7 +224,7 @@ def test_a_slow_or_vanished_client_blocks_nobody_else(corral: Server, web: str) 
         # The slow one reads nothing more; everyone else is served meanwhile.
         with corral.http("alice") as http:
             for _ in range(5):
-                assert http.get("/w/web/").status_code == 200
+                assert http.get("/w/team-a/web/").status_code == 200
                 assert http.get("/healthz").status_code == 200
 
 
@@ -288,11 +288,11 @@ def test_list_and_open_show_the_url(corral: Server, web: str) -> None:
     assert listed.returncode == 0, listed.stderr
     web = next(item for item in json.loads(listed.stdout) if item["name"] == "web")
     assert web["status"] == "running" and web["ports"] == [
-        {"name": "main", "path": "/w/web/", "ready": True}
+        {"name": "main", "path": "/w/team-a/web/", "ready": True}
     ]
     assert web["idle_seconds"] is not None and web["active_at"] is not None
     assert corral.cli("workspace", "list", who="bob").stdout.count("web") == 0
     opened = corral.cli("open", "web", "--print", who="alice")
-    assert opened.returncode == 0 and opened.stdout.strip() == f"{corral.url}/w/web/"
+    assert opened.returncode == 0 and opened.stdout.strip() == f"{corral.url}/w/team-a/web/"
     refused = corral.cli("open", "web", "--print", who="bob")
     assert refused.returncode != 0 and "not found" in refused.stderr

@@ -3,17 +3,20 @@ plane (kept on `app.state` by `create_app`), and who is asking (the bearer token
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Collection
+from typing import Annotated, TypeVar
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from fastapi.security import HTTPBearer
 
 from corral.api import tokens_cache
 from corral.api.errors import Forbidden, Unauthorized
 from corral.control.plane import ControlPlane, Loop
-from corral.store import NotFound, Store, UserRecord, WorkloadRecord
+from corral.model.spec import short_name, split_key, workload_key
+from corral.store import Conflict, Invalid, NotFound, Store, UserRecord, WorkloadRecord
 
 API = "/api/v1"
+T = TypeVar("T")
 
 # The dependencies below are async although they do no I/O of their own: FastAPI runs a
 # sync dependency in a worker thread, which would cost every request a thread hop.
@@ -44,6 +47,16 @@ def application(request: Request) -> tuple[Store, ControlPlane]:
 
 
 StoreDep = Annotated[Store, Depends(get_store)]
+# The project of the workload a path names: a workload's name is unique within its
+# project (a path may also name it PROJECT/NAME, with the "/" escaped as %2F).
+ProjectQuery = Annotated[
+    str | None,
+    Query(
+        max_length=63,
+        description="the workload's project: needed only where its name is used in more "
+        "than one project you may read",
+    ),
+]
 ControlDep = Annotated[ControlPlane, Depends(get_control)]
 LoopDep = Annotated[Loop, Depends(get_loop)]
 
@@ -95,13 +108,50 @@ def readable_projects(current: UserRecord) -> frozenset[str] | None:
     return None if current.reads_all else current.projects
 
 
-def visible_workload(store: Store, current: UserRecord, name: str) -> WorkloadRecord:
-    """The workload `name` if `current` may read it. Another project's workload is 404
-    with the very answer of a workload that does not exist, so that names do not leak."""
-    record = store.get_workload(name)
-    if not may_read(current, record.spec.project):
+def visible_workload(
+    store: Store, current: UserRecord, name: str, project: str | None = None
+) -> WorkloadRecord:
+    """The workload `name` (NAME, or PROJECT/NAME) of `project` when given, if `current`
+    may read it. Another project's workload is 404 with the very answer of a workload that
+    does not exist, so that names do not leak; a name that two projects `current` reads
+    both use is 409, naming them (give the project)."""
+    return _the_one(
+        current,
+        name,
+        project,
+        store.find_named,
+        lambda r: workload_key(r.spec.project, short_name(r.name)),
+    )
+
+
+def _the_one(
+    current: UserRecord,
+    name: str,
+    project: str | None,
+    find: Callable[[str, Collection[str] | None], list[T]],
+    key_of: Callable[[T], str],
+    what: str = "workloads",
+) -> T:
+    """What `find` finds named `name` (NAME or PROJECT/NAME) in `project`, or in the
+    projects `current` may read: 404 for none (whatever the reason), 409 for several."""
+    given, short = split_key(name)
+    if given is not None:
+        if project is not None and project != given:
+            raise Invalid("project", f"{project!r} is not the project of {name!r}")
+        project = given
+    if project is not None:
+        found = find(short, [project]) if may_read(current, project) else []
+    else:
+        found = find(short, readable_projects(current))
+    if not found:
         raise NotFound(f"workload {name!r} not found")
-    return record
+    if len(found) > 1:
+        keys = ", ".join(key_of(item) for item in found)
+        raise Conflict(
+            f"{len(found)} {what} are named {short!r} ({keys}): give its project "
+            "(PROJECT/NAME, `-p PROJECT`, or ?project=)"
+        )
+    return found[0]
 
 
 def may_submit(current: UserRecord, project: str) -> None:
@@ -162,10 +212,27 @@ def may_act_on(current: UserRecord, name: str, project: str, owner: str, action:
     )
 
 
-def managed_workload(store: Store, current: UserRecord, name: str) -> WorkloadRecord:
-    """The workload `name`, which `current` must be allowed to manage: 404 when they may
-    not even read it (see `visible_workload`), 403 when they may read but not manage it."""
-    record = visible_workload(store, current, name)
+def array_key(store: Store, current: UserRecord, name: str, project: str | None) -> str:
+    """The key of the array `name` (NAME or PROJECT/NAME) of `project` when given, among
+    the arrays `current` may read: 404 for none (whatever the reason), 409 for several."""
+    return _the_one(current, name, project, store.find_arrays, lambda key: key, "arrays")
+
+
+def workload_by_key(store: Store, current: UserRecord, key: str) -> WorkloadRecord:
+    """The workload whose key is `key` (as `visible_workload` found it), read again."""
+    record = store.get_workload(key)
+    if not may_read(current, record.spec.project):
+        raise NotFound(f"workload {short_name(key)!r} not found")
+    return record
+
+
+def managed_workload(
+    store: Store, current: UserRecord, name: str, project: str | None = None
+) -> WorkloadRecord:
+    """The workload `name` of `project`, which `current` must be allowed to manage: 404
+    when they may not even read it (see `visible_workload`), 403 when they may read but not
+    manage it."""
+    record = visible_workload(store, current, name, project)
     may_manage(current, record)
     return record
 

@@ -16,8 +16,8 @@ from corral.api.schemas.workloads import WorkloadIn, distinct_pools
 from corral.control import explain
 from corral.model import resolve_priority
 from corral.model.arrays import ArrayMember, parse_array
-from corral.model.spec import WorkloadSpec
-from corral.store import Invalid, NotFound, Store, UserRecord, WorkloadRecord
+from corral.model.spec import WorkloadSpec, short_name, split_key, workload_key
+from corral.store import Conflict, Invalid, NotFound, Store, UserRecord, WorkloadRecord
 from corral.store.history import HistoryRecord
 
 # Fields of a submission that stay as they were submitted.
@@ -28,28 +28,41 @@ FIXED = (
 
 
 def array_specs(body: WorkloadIn, name: str, user: str) -> list[WorkloadSpec]:
-    """The members of the array `body` describes, NAME-INDEX, by index."""
+    """The members of the array `name` that `body` describes, NAME-INDEX, by index (their
+    keys, and the array's, PROJECT/NAME-INDEX and PROJECT/NAME)."""
     assert body.array is not None
     indices, limit = parse_array(body.array)
     spec = body.to_spec(name, user)
     return [
-        replace(spec, name=f"{name}-{index}", array=ArrayMember(name, index, limit))
+        replace(spec, name=f"{spec.name}-{index}", array=ArrayMember(spec.name, index, limit))
         for index in indices
     ]
 
 
-def check_after(store: Store, current: UserRecord, specs: Sequence[WorkloadSpec]) -> None:
-    """422 naming `after` when a spec waits for a workload that does not exist or that
-    `current` may not read (the same answer for both, so that names do not leak)."""
+def resolve_after(
+    store: Store, current: UserRecord, specs: Sequence[WorkloadSpec]
+) -> list[WorkloadSpec]:
+    """`specs` with each workload they wait for named by its key: NAME is the workload of
+    that name in the waiting workload's project, PROJECT/NAME one of another project. 422
+    naming `after` when it does not exist or `current` may not read it (the same answer
+    for both, so that names do not leak)."""
     together = {spec.name for spec in specs}
+    resolved = []
     for spec in specs:
+        after = []
         for dependency in spec.after:
-            if dependency.workload in together:
-                continue  # submitted in the same request, before it (the store checks)
-            try:
-                visible_workload(store, current, dependency.workload)
-            except NotFound:
-                raise Invalid("after", f"no workload {dependency.workload!r} to wait for") from None
+            given, short = split_key(dependency.workload)
+            key = workload_key(given or spec.project, short)
+            if key not in together:  # one submitted in the same request: the store checks
+                try:
+                    key = visible_workload(store, current, short, given or spec.project).name
+                except (NotFound, Conflict):
+                    raise Invalid(
+                        "after", f"no workload {dependency.workload!r} to wait for"
+                    ) from None
+            after.append(replace(dependency, workload=key))
+        resolved.append(replace(spec, after=tuple(after)) if spec.after else spec)
+    return resolved
 
 
 def _fixed(value: Any) -> Any:
@@ -187,7 +200,7 @@ def history_out(found: HistoryRecord, now: float) -> HistoryOut:
         wait = None
     run = None if started is None else (finished if finished is not None else now) - started
     return HistoryOut(
-        name=spec.name,
+        name=short_name(spec.name),
         project=spec.project,
         user=spec.user,
         state=record.status,
@@ -204,7 +217,7 @@ def history_out(found: HistoryRecord, now: float) -> HistoryOut:
         evictions=found.evictions,
         reason=record.reason,
         cancelled_by=record.cancelled_by,
-        array=spec.array.name if spec.array else None,
+        array=short_name(spec.array.name) if spec.array else None,
         array_index=spec.array.index if spec.array else None,
     )
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from corral.agent.logcap import marker, read_kept
 from corral.api.schemas.workloads import LogOut
+from corral.model.spec import short_name
 from corral.store.records import WorkloadRecord
 
 LOG_CHUNK = 1 << 20
@@ -18,7 +19,7 @@ def read_log(
     data_dir: Path | None, workload: WorkloadRecord, task: int, offset: int, tail: int | None
 ) -> LogOut:
     """A task's output from `offset` (at most 1 MiB of it), or its last `tail` lines."""
-    name = workload.name
+    name = short_name(workload.name)
     folder = data_dir / "logs" / workload.directory if data_dir is not None else None
     tasks = sorted(
         int(path.stem.split("-", 1)[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -15,8 +16,9 @@ from corral.api.schemas.workloads import WorkloadOut
 from corral.control.explain import weight_reason
 from corral.model import Decisions, Queue
 from corral.model.durations import lost_work_phrase
+from corral.model.spec import KEY_SEPARATOR, short_name
 from corral.model.usage import DecaySetting
-from corral.store import NodeRecord, QueueRecord, WorkloadRecord
+from corral.store import NodeRecord, QueueRecord, Store, WorkloadRecord
 from corral.store.rules import RuleSet
 
 
@@ -92,7 +94,7 @@ def workload_fields(record: WorkloadRecord) -> dict[str, Any]:
     array = spec.array
     lost = record.lost_work
     return {
-        "name": spec.name,
+        "name": short_name(spec.name),
         "id": record.id,
         "directory": record.directory,
         "project": spec.project,
@@ -141,9 +143,14 @@ def workload_fields(record: WorkloadRecord) -> dict[str, Any]:
         "exit_code": record.exit_code,
         "cancelled_by": record.cancelled_by,
         "array": (
-            {"name": array.name, "index": array.index, "limit": array.limit} if array else None
+            {"name": short_name(array.name), "index": array.index, "limit": array.limit}
+            if array
+            else None
         ),
-        "after": [str(dependency) for dependency in spec.after],
+        "after": [
+            f"{within(dependency.workload, spec.project)}:{dependency.condition}"
+            for dependency in spec.after
+        ],
         "kill_on_invalid_dep": spec.kill_on_invalid_dep,
         "ports": [{"name": port.name, "base_url": port.base_url} for port in spec.ports],
         "checkpoint_at": _seconds(record.checkpoint_at),
@@ -163,14 +170,59 @@ def workload_fields(record: WorkloadRecord) -> dict[str, Any]:
     }
 
 
+# A workload's key in a reason: PROJECT/NAME, not part of a longer path or label.
+_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_KEY = re.compile(rf"(?<![\w./-])({_LABEL})/({_LABEL})\b")
+
+
+class Redactor:
+    """Reasons as `current` may read them: a reason names the workloads that took or hold
+    GPUs (`reclaimed for team-b/x`), and a member reads "a workload of team-b" in place of
+    a workload of a project they may not read, as `why` shows its holders."""
+
+    def __init__(self, store: Store, readable: Collection[str] | None) -> None:
+        self.readable = readable
+        self._store = store
+        self._projects: set[str] | None = None
+
+    def __call__(self, text: str | None) -> str | None:
+        if text is None or self.readable is None or KEY_SEPARATOR not in text:
+            return text
+        if self._projects is None:
+            self._projects = self._store.queue_names()
+        projects, readable = self._projects, self.readable
+
+        def hidden(found: re.Match[str]) -> str:
+            project = found.group(1)
+            if project in projects and project not in readable:
+                return f"a workload of {project}"
+            return found.group(0)
+
+        return _KEY.sub(hidden, text)
+
+    def fields(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """`workload_fields` of a workload with its reason as `current` may read it."""
+        if self.readable is not None and fields.get("reason"):
+            fields["reason"] = self(fields["reason"])
+        return fields
+
+
+def within(key: str, project: str) -> str:
+    """A workload's key as seen from `project`: its name when it is of that project,
+    PROJECT/NAME when of another."""
+    return short_name(key) if key.startswith(f"{project}{KEY_SEPARATOR}") else key
+
+
 def _seconds(value: float | None) -> float | None:
     # A float field is written as one (1.0, not 1), as the model writes it.
     return None if value is None else float(value)
 
 
-def workload_out(record: WorkloadRecord) -> WorkloadOut:
-    """A workload: its spec, where it stands, and where its tasks are placed."""
-    return WorkloadOut.model_validate(workload_fields(record))
+def workload_out(record: WorkloadRecord, redact: Redactor | None = None) -> WorkloadOut:
+    """A workload: its spec, where it stands, and where its tasks are placed (its reason
+    as `redact` lets its reader see it)."""
+    fields = workload_fields(record)
+    return WorkloadOut.model_validate(redact.fields(fields) if redact else fields)
 
 
 def json_answer(
@@ -201,7 +253,9 @@ def node_out(record: NodeRecord, readable: Collection[str] | None = None) -> Nod
         devices=[DeviceOut(**vars_of(device)) for device in record.devices],
         tasks=[
             TaskOnNodeOut(
-                workload=t.workload if readable is None or t.project in readable else None,
+                workload=short_name(t.workload)
+                if readable is None or t.project in readable
+                else None,
                 project=t.project,
                 task=t.task,
                 devices=list(t.devices),

@@ -18,10 +18,12 @@ from starlette.types import Scope
 
 from corral.api.audit import record_of, written
 from corral.api.deps import may_submit
-from corral.api.lifecycle import array_specs, check_after
+from corral.api.lifecycle import array_specs, resolve_after
 from corral.api.schemas.workloads import WorkloadBatchIn, WorkloadIn
 from corral.control.accounts import require_account, require_runnable
 from corral.control.plane import ControlPlane
+from corral.model.arrays import parse_array
+from corral.model.spec import WorkloadSpec, workload_key
 from corral.store import Conflict, Invalid, NotFound, Store, UserRecord, WorkloadRecord
 from corral.store.idempotency import Idempotency, Replayed
 
@@ -55,6 +57,11 @@ def replayed(store: Store, replay: Replayed) -> list[WorkloadRecord]:
 def drawn_name(project: str) -> str:
     """A server-made workload name: project-XXXXXX (24 random bits)."""
     return f"{project}-{secrets.token_hex(3)}"
+
+
+def drawn(spec: WorkloadSpec) -> WorkloadSpec:
+    """`spec` under a name drawn by the server (its key PROJECT/project-XXXXXX)."""
+    return replace(spec, name=workload_key(spec.project, drawn_name(spec.project)))
 
 
 def drawn_again(chosen: Sequence[str], clash: Conflict, attempt: int) -> bool:
@@ -108,15 +115,20 @@ async def submit_one(
         await run_in_threadpool(control.admission.check, spec)
     key = idempotency(key_header, current.name, body)
     if spec.after:
-        await run_in_threadpool(check_after, store, current, [replace(spec, name="-")])
-    chosen = [body.name] if body.name else []
+        [spec] = await run_in_threadpool(resolve_after, store, current, [spec])
+    # A name the client chose is final: only names drawn here are drawn again on a clash.
+    chosen = [spec.name] if body.name else []
     try:
         if body.array is not None:
+            after = spec.after
 
             def members(attempt: int) -> WorkloadRecord:
                 name = body.name or drawn_name(body.project)
-                return store.submit_all(array_specs(body, name, current.name), key)[0]
+                made = [replace(m, after=after) for m in array_specs(body, name, current.name)]
+                return store.submit_all(made, key)[0]
 
+            if body.name:
+                chosen += [f"{spec.name}-{index}" for index in parse_array(body.array)[0]]
             record = await run_in_threadpool(named_in_thread, members, chosen)
             control.loop.trigger()
             return record, False
@@ -125,7 +137,7 @@ async def submit_one(
         audit = record_of(scope, current.name, 201)
 
         async def one(attempt: int) -> WorkloadRecord:
-            chose = spec if body.name else replace(spec, name=drawn_name(spec.project))
+            chose = spec if body.name else drawn(spec)
             return await control.submissions.submit(chose, key, audit)
 
         record = await named(one, chosen)
@@ -160,19 +172,20 @@ def submit_several(
     made = [item.to_spec(item.name or "-", current.name) for item in body.workloads]
     require_runnable(control.cluster, current, made, batch=True)
     if any(spec.after for spec in made):
-        check_after(store, current, made)
+        made = resolve_after(store, current, made)
     control.admission.check_all(made)
     key = idempotency(key_header, current.name, body)
 
     def together(attempt: int) -> list[WorkloadRecord]:
         specs = [
-            spec if item.name else replace(spec, name=drawn_name(item.project))
+            spec if item.name else drawn(spec)
             for item, spec in zip(body.workloads, made, strict=True)
         ]
         return store.submit_all(specs, key)
 
+    chosen = [spec.name for item, spec in zip(body.workloads, made, strict=True) if item.name]
     try:
-        records = named_in_thread(together, [item.name for item in body.workloads if item.name])
+        records = named_in_thread(together, chosen)
     except Replayed as replay:
         return replayed(store, replay), True
     control.loop.trigger()

@@ -180,6 +180,32 @@ def parse_pairs(flag: str, items: list[str]) -> list[tuple[str, str]]:
 
 # `-o` of the list commands: the table (default), a wider one, or the API's data.
 OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
+# The project of the workload a command names: a workload's name is unique within its
+# project, so it is needed only where a name is used in several projects one may read.
+InProject = Annotated[
+    str | None,
+    typer.Option(
+        "--project",
+        "-p",
+        help="The workload's project, where its name is used in several of yours "
+        "(or write PROJECT/NAME).",
+        show_default=False,
+    ),
+]
+
+
+def addressed(ctx: typer.Context, name: str, project: str | None) -> str:
+    """The workload NAME of `project` as PROJECT/NAME (the SDK's form), or as given; a
+    project that the name contradicts is the command's error."""
+    if project is None:
+        return name
+    given, separator, short = name.rpartition("/")
+    with reported_errors(ctx):
+        if separator and given != project:
+            raise InvalidInput(f"--project: {project!r}, but the name says {given!r}")
+    return f"{project}/{short if separator else name}"
+
+
 OutputFormat = Annotated[
     str,
     typer.Option(

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from corral.cli.audit import point_in_time
-from corral.cli.common import InvalidInput, print_json, reported_errors
+from corral.cli.common import InProject, InvalidInput, addressed, print_json, reported_errors
 from corral.cli.config import connect
 from corral.model import PRIORITY_CLASSES, resolve_priority
 from corral.model.arrays import parse_array, parse_dependency
@@ -101,9 +101,10 @@ def _when(stamp: float) -> str:
 # -- cancel, update ------------------------------------------------------------------------
 
 
-def cancel_command(ctx: typer.Context, name: Name) -> None:
+def cancel_command(ctx: typer.Context, name: Name, project: InProject = None) -> None:
     """Stop a workload (or every unfinished member of an array) and keep its record as
     cancelled; `corral delete` removes a record."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx), connect() as client:
         cancelled = client.cancel(name)
     for workload in cancelled:
@@ -113,6 +114,7 @@ def cancel_command(ctx: typer.Context, name: Name) -> None:
 def update_command(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME", help="The workload's name.")],
+    project: InProject = None,
     priority: Annotated[
         str | None,
         typer.Option(
@@ -148,6 +150,7 @@ def update_command(
     ] = False,
 ) -> None:
     """Change a pending or suspended workload (running work cannot change)."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx):
         changes: dict[str, Any] = {}
         if priority is not None:

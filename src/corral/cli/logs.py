@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.common import reported_errors
+from corral.cli.common import InProject, addressed, reported_errors
 from corral.cli.config import connect
 from corral.sdk import Client
 
@@ -29,6 +29,7 @@ def render(text: str) -> str:
 def logs_command(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The workload.")],
+    project: InProject = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new output.")
     ] = False,
@@ -38,6 +39,7 @@ def logs_command(
     ] = None,
 ) -> None:
     """Print a task's output; with -f, keep printing until the workload ends."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx), connect() as client:
         chunk = client.logs(name, task=task, tail=tail)
         if not chunk["text"]:

@@ -23,8 +23,9 @@ import typer
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from corral.cli.common import CliError, InvalidInput, reported_errors
+from corral.cli.common import CliError, InProject, InvalidInput, addressed, reported_errors
 from corral.cli.config import credentials
+from corral.sdk.client import workload_address
 
 CHUNK = 64 * 1024
 # The close code of a session the server ended because its user lost access.
@@ -70,8 +71,9 @@ def _session_query(command: list[str], tty_wanted: bool, task: int) -> dict[str,
 
 def run_session(name: str, command: list[str], tty_wanted: bool, task: int) -> int:
     """Run a command beside the task with our stdin, stdout and stderr; its exit code."""
-    path = f"/workloads/{quote(name, safe='')}/exec"
-    with open_socket(path, _session_query(command, tty_wanted, task)) as ws:
+    segment, query = workload_address(name)
+    query.update(_session_query(command, tty_wanted, task))
+    with open_socket(f"/workloads/{segment}/exec", query) as ws:
         return _attached(ws, tty_wanted)
 
 
@@ -141,8 +143,10 @@ def exec_command(
     command: Annotated[list[str], typer.Argument(help="The command, after --.")],
     task: Annotated[int, typer.Option("--task", min=0, help="Which task.")] = 0,
     tty_wanted: Annotated[bool, typer.Option("--tty", "-t", help="With a terminal.")] = False,
+    project: InProject = None,
 ) -> None:
     """Run a command beside a running task, in its environment; exits with its code."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx):
         code = run_session(name, command, tty_wanted, task)
     raise typer.Exit(code)
@@ -151,10 +155,12 @@ def exec_command(
 def shell_command(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The workload.")],
+    project: InProject = None,
     task: Annotated[int, typer.Option("--task", min=0, help="Which task.")] = 0,
     shell: Annotated[str, typer.Option("--shell", help="The shell, on the node.")] = "/bin/bash",
 ) -> None:
     """An interactive shell beside a running task, with a terminal, in its environment."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx):
         code = run_session(name, [shell, "-i"], True, task)
     raise typer.Exit(code)
@@ -206,12 +212,14 @@ def port_forward_command(
         ),
     ],
     address: Annotated[str, typer.Option("--address", help="Where to listen.")] = "127.0.0.1",
+    project: InProject = None,
 ) -> None:
     """Forward a local port to a declared port of the workload's task, until interrupted."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx):
         local, port = parse_forward(mapping)
         # Refused here (unknown workload, outsider, undeclared port) before listening.
-        with open_socket(_forward_path(name, port)):
+        with open_socket(*_forward_path(name, port)):
             pass
         try:
             listener = socket.create_server((address, local))
@@ -233,14 +241,16 @@ def _interrupt(number: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _forward_path(name: str, port: str) -> str:
-    return f"/workloads/{quote(name, safe='')}/ports/{quote(port, safe='')}/forward"
+def _forward_path(name: str, port: str) -> tuple[str, dict[str, Any]]:
+    """The path and query of a port-forward to workload NAME or PROJECT/NAME."""
+    segment, query = workload_address(name)
+    return f"/workloads/{segment}/ports/{quote(port, safe='')}/forward", dict(query)
 
 
 def _forward(client: socket.socket, name: str, port: str) -> None:
     """One local connection over its own WebSocket, both ways, until either side closes."""
     try:
-        ws = open_socket(_forward_path(name, port))
+        ws = open_socket(*_forward_path(name, port))
     except CliError as error:
         print(f"corral: {error}", file=sys.stderr)
         client.close()

@@ -11,7 +11,9 @@ from rich.text import Text
 
 from corral.cli.attempts import attempts_json, attempts_of, attempts_table, retries_line
 from corral.cli.common import (
+    InProject,
     OutputFormat,
+    addressed,
     format_when,
     out_console,
     print_json,
@@ -132,6 +134,7 @@ def wide_list_cells(workload: WorkloadOut) -> tuple[str, ...]:
 def describe_command(
     ctx: typer.Context,
     name: Name,
+    project: InProject = None,
     json_output: Annotated[
         bool,
         typer.Option(
@@ -143,6 +146,7 @@ def describe_command(
 ) -> None:
     """A workload's spec, status, placement, attempts (every run, with how it ended and
     why) and events."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx), connect() as client:
         workload = client.get_workload(name)
         events = client.events(name)
@@ -170,23 +174,26 @@ def describe_command(
     console.print(_events_table(events) if events else Text("No events."))
 
 
-def delete_command(ctx: typer.Context, name: Name) -> None:
+def delete_command(ctx: typer.Context, name: Name, project: InProject = None) -> None:
     """Delete a workload and its record; its tasks are stopped if they run. To stop one
     and keep its record (as cancelled), use corral cancel."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx), connect() as client:
         client.delete_workload(name)
     typer.echo(f"Deleted {name}.")
 
 
-def suspend_command(ctx: typer.Context, name: Name) -> None:
+def suspend_command(ctx: typer.Context, name: Name, project: InProject = None) -> None:
     """Stop a workload and keep it out of scheduling until it is resumed."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx), connect() as client:
         workload = client.suspend(name)
     typer.echo(f"Suspended {workload['name']}.")
 
 
-def resume_command(ctx: typer.Context, name: Name) -> None:
+def resume_command(ctx: typer.Context, name: Name, project: InProject = None) -> None:
     """Put a suspended workload back in its queue."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx), connect() as client:
         workload = client.resume(name)
     typer.echo(f"Resumed {workload['name']} ({workload['status']}).")
@@ -195,9 +202,11 @@ def resume_command(ctx: typer.Context, name: Name) -> None:
 def why_command(
     ctx: typer.Context,
     name: Name,
+    project: InProject = None,
     json_output: JsonOutput = False,
 ) -> None:
     """Why a workload waits, its place in its queue, and who holds the GPUs it could use."""
+    name = addressed(ctx, name, project)
     with reported_errors(ctx), connect() as client:
         why = client.why(name)
         project = client.get_workload(name)["project"] if why["position"] is not None else ""

@@ -24,7 +24,7 @@ from corral.control.accounts import unix_users
 from corral.control.reports import ReportWriter
 from corral.messages import TaskLaunch, TaskStop
 from corral.model import DEFAULT_GRACE_PERIOD
-from corral.model.spec import NodeSpec
+from corral.model.spec import NodeSpec, short_name
 from corral.model.telemetry import Sample
 from corral.model.types import group_of
 from corral.store import NotFound, Store
@@ -81,7 +81,8 @@ def launches(
             {
                 "CUDA_VISIBLE_DEVICES": devices,
                 "NVIDIA_VISIBLE_DEVICES": devices if devices else "void",
-                "CORRAL_WORKLOAD": spec.name,
+                # Its name within its project (a key's "/" would make a path of it).
+                "CORRAL_WORKLOAD": short_name(spec.name),
                 "CORRAL_PROJECT": spec.project,
                 "CORRAL_TASK_INDEX": str(state.task),
                 "CORRAL_ATTEMPT": str(work.workload.attempts),
@@ -94,7 +95,7 @@ def launches(
             }
         )
         if spec.array is not None:
-            env["CORRAL_ARRAY_NAME"] = spec.array.name
+            env["CORRAL_ARRAY_NAME"] = short_name(spec.array.name)
             env["CORRAL_ARRAY_INDEX"] = str(spec.array.index)
         group = group_of(spec.task_groups, state.task)
         if 0 < state.gpu < 1:

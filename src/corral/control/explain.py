@@ -21,6 +21,7 @@ from corral.engine.explain import (
 )
 from corral.engine.state import natural_key
 from corral.model import Decisions
+from corral.model.spec import short_name
 from corral.store import Store, WorkloadRecord
 
 __all__ = ["Holder", "QueueOnPath", "Start", "Why", "estimated_starts", "weight_reason", "why"]
@@ -48,7 +49,7 @@ def why(
         ordered = sorted(pending, key=lambda r: (-r.spec.priority, r.id))
         names = [r.name for r in ordered]
         position = names.index(name) + 1
-        ahead = tuple(names[: position - 1])
+        ahead = tuple(short_name(key) for key in names[: position - 1])
     holders = []
     running = {r.name: r for r in store.list_workloads(status="running")}
     nodes = sorted(store.list_nodes(), key=lambda n: natural_key(n.node.name))
@@ -61,7 +62,7 @@ def why(
                 continue
             holders.append(
                 Holder(
-                    workload=task.workload
+                    workload=short_name(task.workload)
                     if readable is None or task.project in readable
                     else None,
                     project=task.project,
@@ -71,7 +72,7 @@ def why(
                     gpu=task.gpu,
                 )
             )
-    plain = Why(name, record.status, record.reason, position, ahead, tuple(holders))
+    plain = Why(short_name(name), record.status, record.reason, position, ahead, tuple(holders))
     queues = [queue.queue for queue in store.list_queues()]
     if last is None or not last.pools:
         return deepen(plain, spec, queues, last)
@@ -117,5 +118,5 @@ def estimated_starts(store: Store, pending: list[WorkloadRecord]) -> list[Start]
                 if at is not None
                 else "unknown: it needs GPUs held by work with no max runtime"
             )
-        answers.append(Start(record.name, record.spec.project, at, said))
+        answers.append(Start(short_name(record.name), record.spec.project, at, said))
     return answers

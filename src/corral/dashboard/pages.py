@@ -75,15 +75,18 @@ async def workload(api: ApiClient, query: Query, name: str) -> Json:
     task = query.get("task", "0")
     task = task if task.isdigit() else "0"
     path = f"/workloads/{quote(name, safe='')}"
+    # A name is unique within its project: the page's `project` says which.
+    where = {"project": query["project"]} if query.get("project") else {}
     found, events, logs, series = await together(
-        api.get(path),
-        api.get(f"{path}/events"),
-        api.get(f"{path}/logs", tail=50, task=task),
-        api.optional(f"/telemetry{path}", since=since),
+        api.get(path, **where),
+        api.get(f"{path}/events", **where),
+        api.get(f"{path}/logs", tail=50, task=task, **where),
+        api.optional(f"/telemetry{path}", since=since, **where),
     )
-    why = await api.get(f"{path}/why") if found["status"] == "pending" else None
+    why = await api.get(f"{path}/why", **where) if found["status"] == "pending" else None
     return {
         "name": name,
+        "project": found["project"],
         "since": since,
         "workload": found,
         "events": events,

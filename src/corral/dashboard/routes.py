@@ -76,6 +76,7 @@ templates.env.filters.update(
     gib=views.gib,
     clock=views.clock,
     command=views.command,
+    workload_url=views.workload_url,
 )
 templates.env.globals.update(
     views=views,

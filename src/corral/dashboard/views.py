@@ -11,6 +11,7 @@ import shlex
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 Json = dict[str, Any]
 STATUSES = ("pending", "running", "suspended", "succeeded", "failed", "cancelled")
@@ -226,6 +227,14 @@ def gpu(amounts: Mapping[str, Any] | None) -> float | None:
     return None if value is None else float(value)
 
 
+def workload_url(name: str, project: str | None = None) -> str:
+    """The dashboard's page of workload NAME of `project`, or of PROJECT/NAME."""
+    given, separator, short = name.rpartition("/")
+    project = given if separator else project
+    page = f"/workloads/{quote(short, safe='')}"
+    return f"{page}?project={quote(project, safe='')}" if project else page
+
+
 def device_cells(nodes: list[Json], devices: list[Json] | None) -> list[Json]:
     """Every node with a cell per device: its allocation from the node, its utilisation and
     state from telemetry (state `allocated` when there is no telemetry to tell busy from
@@ -236,7 +245,11 @@ def device_cells(nodes: list[Json], devices: list[Json] | None) -> list[Json]:
         cells = []
         for device in sorted(node["devices"], key=lambda d: d["index"]):
             seen = telemetry.get((node["name"], device["index"]))
-            allocated = [t["workload"] for t in node["tasks"] if device["index"] in t["devices"]]
+            allocated = [
+                f"{t['project']}/{t['workload']}"
+                for t in node["tasks"]
+                if device["index"] in t["devices"] and t["workload"]
+            ]
             cells.append(
                 {
                     "index": device["index"],

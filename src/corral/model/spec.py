@@ -30,28 +30,58 @@ class PortSpec:
 MAIN_PORT = "main"
 
 
+# A workload is PROJECT/NAME: its name is unique within its project, and the key that
+# names it everywhere inside corral (the store, the engine's decisions, the messages to
+# agents, /w/PROJECT/NAME/ in the proxy) is its project and name with this between them.
+# A workload submitted before names were per project keeps its bare NAME as its key.
+KEY_SEPARATOR = "/"
+# In a directory's name a key's separator is written as this (no name holds it).
+_DIRECTORY_SEPARATOR = "_"
+
+
+def workload_key(project: str, name: str) -> str:
+    """The key of workload `name` of `project`: PROJECT/NAME."""
+    return f"{project}{KEY_SEPARATOR}{name}"
+
+
+def short_name(key: str) -> str:
+    """The name of a workload within its project, from its key (a key of before names
+    were per project is its name)."""
+    return key.rpartition(KEY_SEPARATOR)[2]
+
+
+def split_key(text: str) -> tuple[str | None, str]:
+    """(project, name) of PROJECT/NAME, or (None, NAME) of a bare name."""
+    project, separator, name = text.rpartition(KEY_SEPARATOR)
+    return (project, name) if separator else (None, name)
+
+
 def directory_name(workload: str, workload_id: int | None) -> str:
     """The name of a workload's own directories (its logs, its run files on a node, its
-    workload directory with its checkpoints): NAME.ID, so that a workload that takes the
-    name of a deleted one starts with none of its files (an id is never given twice, and a
-    name holds no "."). `workload_id` None: a workload submitted before corral named them
-    so, whose directories keep its name alone (its running tasks write there)."""
-    return workload if workload_id is None else f"{workload}.{workload_id}"
+    workload directory with its checkpoints): PROJECT_NAME.ID, so that a workload that
+    takes the name of a deleted one starts with none of its files (an id is never given
+    twice; a name holds no "." nor "_"). `workload_id` None: a workload submitted before
+    corral named them so, whose directories keep its name alone (its running tasks write
+    there)."""
+    flat = workload.replace(KEY_SEPARATOR, _DIRECTORY_SEPARATOR)
+    return flat if workload_id is None else f"{flat}.{workload_id}"
 
 
 def workload_of_directory(directory: str) -> str:
-    """The name of the workload whose directories are named `directory`."""
-    return directory.partition(".")[0]
+    """The key of the workload whose directories are named `directory`."""
+    return directory.partition(".")[0].replace(_DIRECTORY_SEPARATOR, KEY_SEPARATOR)
 
 
-# A workload's name (as the API takes it), then its id: what `directory_name` gives.
-_DIRECTORY = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[0-9]{1,18})?$")
+# A workload's key (PROJECT_NAME, or a bare NAME of before), then its id: what
+# `directory_name` gives.
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DIRECTORY = re.compile(rf"^({_LABEL}_)?{_LABEL}(\.[0-9]{{1,18}})?$")
 
 
 def is_directory_name(text: str) -> bool:
     """Whether `text` may name a workload's directories (`directory_name`): what a node
     or a message says is checked before it names a path."""
-    return len(text) <= 90 and _DIRECTORY.match(text) is not None
+    return len(text) <= 160 and _DIRECTORY.match(text) is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -267,18 +267,21 @@ class Client:
         )
 
     def get_workload(self, name: str) -> WorkloadOut:
-        return cast(WorkloadOut, self._request("GET", f"/workloads/{_segment(name)}"))
+        """The workload NAME, or PROJECT/NAME (a name is unique within its project)."""
+        path, params = _workload(name)
+        return cast(WorkloadOut, self._request("GET", path, params=params))
 
     def wait_workload(self, name: str, until: str, wait: float = 30.0) -> WorkloadOut:
         """The workload as soon as its status is `until` or it has ended, else after `wait`
         seconds (at most 60): its status tells which. The server answers when the change
         happens, so this is quicker and lighter than reading the workload again and again."""
-        params = {"until": until, "wait": f"{wait:g}"}
+        path, params = _workload(name)
+        params.update(until=until, wait=f"{wait:g}")
         return cast(
             WorkloadOut,
             self._request(
                 "GET",
-                f"/workloads/{_segment(name)}",
+                path,
                 params=params,
                 # The wait, and the usual time for an answer after it.
                 timeout=wait + self.timeout,
@@ -292,31 +295,35 @@ class Client:
 
     def get_workspace(self, name: str) -> WorkspaceOut:
         """One workspace: status, node, ports (path, ready) and idle time."""
-        return cast(WorkspaceOut, self._request("GET", f"/workspaces/{_segment(name)}"))
+        path, params = _workload(name, "/workspaces")
+        return cast(WorkspaceOut, self._request("GET", path, params=params))
 
     def delete_workload(self, name: str) -> None:
         """Delete a workload; its tasks are stopped if they run."""
-        self._request("DELETE", f"/workloads/{_segment(name)}")
+        path, params = _workload(name)
+        self._request("DELETE", path, params=params)
 
     def suspend(self, name: str) -> WorkloadOut:
         """Take a pending or running workload out of scheduling; it gives its GPUs back."""
-        return cast(WorkloadOut, self._request("POST", f"/workloads/{_segment(name)}/suspend"))
+        path, params = _workload(name, then="/suspend")
+        return cast(WorkloadOut, self._request("POST", path, params=params))
 
     def resume(self, name: str) -> WorkloadOut:
         """Put a suspended workload back in its queue."""
-        return cast(WorkloadOut, self._request("POST", f"/workloads/{_segment(name)}/resume"))
+        path, params = _workload(name, then="/resume")
+        return cast(WorkloadOut, self._request("POST", path, params=params))
 
     def cancel(self, name: str) -> list[WorkloadOut]:
         """Cancel a workload, or every unfinished member of the array `name`; each keeps
         its record as `cancelled`. Returns what was cancelled."""
-        path = f"/workloads/{_segment(name)}/cancel"
-        return cast(list[WorkloadOut], self._request("POST", path))
+        path, params = _workload(name, then="/cancel")
+        return cast(list[WorkloadOut], self._request("POST", path, params=params))
 
     def update_workload(self, name: str, changes: Mapping[str, Any]) -> WorkloadOut:
         """Change a pending or suspended workload (priority, preemptible, max_runtime,
-        backoff_limit, grace_period, node_selector)."""
-        path = f"/workloads/{_segment(name)}"
-        return cast(WorkloadOut, self._request("PATCH", path, changes))
+        backoff_limit, grace_period, node_selector, node_pools)."""
+        path, params = _workload(name)
+        return cast(WorkloadOut, self._request("PATCH", path, changes, params=params))
 
     def history(self, **filters: str | float | int | None) -> list[HistoryOut]:
         """Workloads with wait and run time, GPU-hours, exit code, attempts, evictions;
@@ -330,21 +337,22 @@ class Client:
 
     def events(self, name: str) -> list[EventOut]:
         """What happened to a workload, oldest first."""
-        return cast(list[EventOut], self._request("GET", f"/workloads/{_segment(name)}/events"))
+        path, params = _workload(name, then="/events")
+        return cast(list[EventOut], self._request("GET", path, params=params))
 
     def logs(self, name: str, task: int = 0, offset: int = 0, tail: int | None = None) -> LogOut:
         """A task's output from byte `offset`, or its last `tail` lines; the answer's
         `offset` is where to continue."""
-        params = {"task": str(task), "offset": str(offset)}
+        path, params = _workload(name, then="/logs")
+        params.update(task=str(task), offset=str(offset))
         if tail is not None:
             params["tail"] = str(tail)
-        return cast(
-            LogOut, self._request("GET", f"/workloads/{_segment(name)}/logs", params=params)
-        )
+        return cast(LogOut, self._request("GET", path, params=params))
 
     def why(self, name: str) -> WhyOut:
         """Why a workload waits, its place in its project, and who holds the GPUs."""
-        return cast(WhyOut, self._request("GET", f"/workloads/{_segment(name)}/why"))
+        path, params = _workload(name, then="/why")
+        return cast(WhyOut, self._request("GET", path, params=params))
 
     # -- nodes and the cluster -----------------------------------------------------------
 
@@ -436,6 +444,19 @@ def _idempotency(key: str | None) -> dict[str, str] | None:
 def _segment(name: str) -> str:
     """A name as one URL path segment, so that a name with "/" cannot reach another path."""
     return quote(name, safe="")
+
+
+def workload_address(name: str) -> tuple[str, dict[str, str]]:
+    """The path segment and query of a workload given as NAME or PROJECT/NAME."""
+    project, separator, short = name.rpartition("/")
+    return _segment(short if separator else name), ({"project": project} if separator else {})
+
+
+def _workload(name: str, under: str = "/workloads", then: str = "") -> tuple[str, dict[str, str]]:
+    """The path (under `under`, followed by `then`) and query of a workload given as NAME
+    or PROJECT/NAME: a name is unique within its project, `?project=` says which."""
+    segment, params = workload_address(name)
+    return f"{under}/{segment}{then}", params
 
 
 def _one_line(text: str) -> str:

@@ -107,7 +107,8 @@ class DeviceTelemetryOut(TypedDict):
     # degrees Celsius
     temperature: float | None
     source: Literal["nvml", "declared", "none"]
-    # workloads holding the device now
+    # workloads holding the device now, as PROJECT/NAME (of the caller's projects only, for a
+    # member)
     workloads: list[str]
     # free: nobody holds it; idle: held, latest samples at 0%; busy: held
     state: Literal["free", "busy", "idle"]

@@ -196,6 +196,16 @@ class Store(AccountsStore):
         with self.read() as session:
             return workloads.get_workload(session, name)
 
+    def find_named(self, name: str, projects: Collection[str] | None) -> list[WorkloadRecord]:
+        """The workloads called `name` in their projects (see `workloads.find_named`)."""
+        with self.read() as session:
+            return workloads.find_named(session, name, projects)
+
+    def find_arrays(self, name: str, projects: Collection[str] | None) -> list[str]:
+        """The keys of the arrays called `name` (see `workloads.find_arrays`)."""
+        with self.read() as session:
+            return workloads.find_arrays(session, name, projects)
+
     def list_workloads(
         self,
         project: str | None = None,
@@ -361,6 +371,11 @@ class Store(AccountsStore):
         """Where a workload's task runs, with its ports (corral.store.workspaces)."""
         with self.read() as session:
             return workspaces.target(session, workload, task)
+
+    def workload_key_of(self, workload_id: int) -> str:
+        """The key of the workload of id `workload_id`; NotFound."""
+        with self.read() as session:
+            return workspaces.key_of(session, workload_id)
 
     def mark_active(self, names: Collection[str], at: float) -> None:
         """The proxy carried these workloads' traffic at `at` (idle detection)."""

@@ -27,7 +27,7 @@ import corral.store.secrets as secrets
 from corral.model import Queue
 from corral.model.spec import WorkloadSpec
 from corral.store.audit import AuditQuery, AuditRecord
-from corral.store.convert import queue_record
+from corral.store.convert import queue_names, queue_record
 from corral.store.database import Database
 from corral.store.records import QueueRecord, TokenRecord, UserRecord
 from corral.store.rules import normalize_rules, replace_rules
@@ -94,6 +94,11 @@ class AccountsStore(Database):
         """Every queue, oldest first."""
         with self.read() as session:
             return queues.list_queues(session)
+
+    def queue_names(self) -> set[str]:
+        """The name of every queue (project or department)."""
+        with self.read() as session:
+            return set(queue_names(session).values())
 
     def list_queues_with_rules(self) -> list[tuple[QueueRecord, dict[str, Any]]]:
         """Every queue, as `list_queues` gives them, with the rules set on it itself (as

@@ -28,6 +28,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from corral.model import DEFAULT_GRACE_PERIOD
 
 NAME = 63  # DNS-label length, as Kubernetes uses for object names
+# A workload's key: PROJECT/NAME (corral.model.spec.workload_key).
+KEY = 2 * NAME + 1
 
 
 class Base(DeclarativeBase):
@@ -121,7 +123,8 @@ class WorkloadRow(Base):
 
     # The id also orders workloads by age: a smaller id was submitted earlier.
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(NAME), unique=True)
+    # Its key, PROJECT/NAME (a bare NAME for a workload of before 0020_keys).
+    name: Mapped[str] = mapped_column(String(KEY), unique=True)
     queue_id: Mapped[int] = mapped_column(ForeignKey("queues.id", ondelete="RESTRICT"))
     user: Mapped[str] = mapped_column(String(NAME))
     priority: Mapped[int] = mapped_column(Integer)
@@ -162,7 +165,7 @@ class WorkloadRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     cancelled_by: Mapped[str | None] = mapped_column(String(NAME))
     # Arrays: the array's name, this member's index, how many members may run at once.
-    array_name: Mapped[str | None] = mapped_column(String(NAME))
+    array_name: Mapped[str | None] = mapped_column(String(KEY))
     array_index: Mapped[int | None] = mapped_column(Integer)
     array_limit: Mapped[int | None] = mapped_column(Integer)
     # Dependencies, as [[name, "ok" | "any"], ...]; `held` while one is not met yet, which
@@ -266,8 +269,8 @@ class EventRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     time: Mapped[float] = mapped_column(Float)
-    # The workload's name and id (no foreign key: the event outlives the workload).
-    workload: Mapped[str | None] = mapped_column(String(NAME))
+    # The workload's key and id (no foreign key: the event outlives the workload).
+    workload: Mapped[str | None] = mapped_column(String(KEY))
     workload_id: Mapped[int | None] = mapped_column(Integer)
     # The attempt (run) of the workload the event belongs to: set on the events of a
     # workload that runs, from the `bound` that starts a run to the event that ends it
@@ -366,7 +369,7 @@ class AuditRow(Base):
     # and task it entered, the command it ran (exec), when it ended and the command's exit
     # code (NULL while it runs, and when it ended otherwise: its client left, its user
     # lost access, the server stopped).
-    workload: Mapped[str | None] = mapped_column(String(NAME))
+    workload: Mapped[str | None] = mapped_column(String(KEY))
     task: Mapped[int | None] = mapped_column(Integer)
     command: Mapped[list[str] | None] = mapped_column(JSON)
     ended_at: Mapped[float | None] = mapped_column(Float)

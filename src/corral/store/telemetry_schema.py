@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Float, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from corral.store.schema import NAME, Base
+from corral.store.schema import KEY, NAME, Base
 
 
 class Measured:
@@ -22,7 +22,7 @@ class Measured:
 
     node: Mapped[str] = mapped_column(String(NAME))
     device: Mapped[int] = mapped_column(Integer)
-    workload: Mapped[str | None] = mapped_column(String(NAME))
+    workload: Mapped[str | None] = mapped_column(String(KEY))
     task: Mapped[int | None] = mapped_column(Integer)
     share: Mapped[float] = mapped_column(Float)
     seconds: Mapped[float] = mapped_column(Float)
@@ -111,7 +111,7 @@ class AllocationRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     # The placement row that holds the devices meanwhile (no foreign key: it is deleted).
     placement_id: Mapped[int | None] = mapped_column(Integer)
-    workload: Mapped[str] = mapped_column(String(NAME))
+    workload: Mapped[str] = mapped_column(String(KEY))
     task: Mapped[int] = mapped_column(Integer)
     project: Mapped[str] = mapped_column(String(NAME))
     departments: Mapped[list[Any]] = mapped_column(JSON, default=list)

@@ -6,11 +6,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Connection, Table, bindparam, exists, func, or_, select
+from sqlalchemy import ColumnElement, Connection, Table, bindparam, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from corral.model import Placement, TaskGroup
-from corral.model.spec import WorkloadSpec
+from corral.model.spec import KEY_SEPARATOR, WorkloadSpec, short_name, workload_key
 from corral.store.audit import AuditRecord, add_audit
 from corral.store.bulk import Rows, one_of
 from corral.store.convert import (
@@ -66,10 +66,14 @@ _QUEUES = select(QueueRow.name, QueueRow.id, exists().where(_CHILD.parent_id == 
     one_of(QueueRow.name, "projects")
 )
 # The workloads and arrays that hold one of the names.
-_CLAIMED = select(WorkloadRow.name, WorkloadRow.array_name).where(
-    or_(
-        one_of(WorkloadRow.name, "names"),
-        one_of(WorkloadRow.array_name, "names"),
+_CLAIMED = (
+    select(WorkloadRow.name, WorkloadRow.array_name, QueueRow.name)
+    .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
+    .where(
+        or_(
+            one_of(WorkloadRow.name, "names"),
+            one_of(WorkloadRow.array_name, "names"),
+        )
     )
 )
 
@@ -242,13 +246,15 @@ def _check_submissions(
     grouped = names | arrays
     existing: set[str] = set()
     claimed: set[str] = set()
-    for name, array in connection.execute(_CLAIMED, {"names": list(grouped)}):
-        if name in names:
-            existing.add(name)
-        if name in arrays:
-            claimed.add(name)
-        if array in grouped:
-            claimed.add(array)
+    # A workload of before names were per project is kept under its bare name: it holds
+    # that name in its project as PROJECT/NAME would.
+    bare = {short_name(key) for key in grouped}
+    for name, array, project in connection.execute(_CLAIMED, {"names": list(grouped | bare)}):
+        held_as = _as_keys(name, project)
+        existing |= held_as & names
+        claimed |= held_as & arrays
+        if array is not None:
+            claimed |= _as_keys(array, project) & grouped
     held = _secrets_held(session, batch)
     wanted = {d.workload for item in batch for d in item.spec.after}
     known = (
@@ -265,11 +271,19 @@ def _check_submissions(
         queue = queues.get(spec.project)
         missing = sorted({n for n in spec.secrets.values() if (spec.project, n) not in held})
         if spec.name in existing:
-            item.error = Conflict(f"workload {spec.name!r} already exists", (spec.name,))
+            item.error = Conflict(
+                f"workload {short_name(spec.name)!r} already exists in {spec.project}",
+                (spec.name,),
+            )
         elif (group := spec.array.name if spec.array else spec.name) in claimed:
-            item.error = Conflict(f"{group!r} already names an array or a workload", (group,))
+            item.error = Conflict(
+                f"{short_name(group)!r} already names an array or a workload in {spec.project}",
+                (group,),
+            )
         elif spec.name in taken:
-            item.error = Conflict(f"workload {spec.name!r} is submitted twice", (spec.name,))
+            item.error = Conflict(
+                f"workload {short_name(spec.name)!r} is submitted twice", (spec.name,)
+            )
         elif queue is None:
             item.error = Invalid("project", f"unknown queue {spec.project!r}")
         elif queue in departments:
@@ -292,6 +306,12 @@ def _check_submissions(
                 raise Invalid(error.field, error.message, at=("workloads", index))
             raise error
     return accepted
+
+
+def _as_keys(name: str, project: str) -> set[str]:
+    """The names a stored workload (or array) holds: its key, and a bare name of before
+    names were per project also as PROJECT/NAME."""
+    return {name} if KEY_SEPARATOR in name else {name, workload_key(project, name)}
 
 
 def _secrets_held(session: Session, batch: list[Submission]) -> set[tuple[str, str]]:
@@ -347,6 +367,55 @@ def get_workload(session: Session, name: str) -> WorkloadRecord:
 def list_workloads_named(session: Session, names: list[str]) -> list[WorkloadRecord]:
     """The workloads among `names` that exist, oldest first."""
     return list_workloads(session, None, None, None, names=names)
+
+
+def find_named(
+    session: Session, name: str, projects: Collection[str] | None
+) -> list[WorkloadRecord]:
+    """The workloads called `name` in their project (key PROJECT/NAME, or the bare NAME of a
+    workload of before names were per project), of `projects` only when given, oldest
+    first."""
+    if projects is not None:
+        keys = [workload_key(project, name) for project in sorted(projects)]
+        return list_workloads(session, None, None, None, projects, names=[*keys, name])
+    pattern = f"%{KEY_SEPARATOR}{name}".replace("_", "\\_")
+    query = (
+        select(WorkloadRow, QueueRow.name)
+        .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
+        .where(or_(WorkloadRow.name == name, WorkloadRow.name.like(pattern, escape="\\")))
+        .order_by(WorkloadRow.id)
+    )
+    found = [workload_record(row, queue) for row, queue in session.execute(query).all()]
+    # LIKE matches the end of a key: keep those whose name is exactly `name`.
+    return [record for record in found if short_name(record.name) == name]
+
+
+def find_arrays(session: Session, name: str, projects: Collection[str] | None) -> list[str]:
+    """The keys of the arrays called `name` in their project (as `find_named` finds
+    workloads), of `projects` only when given."""
+    keys = [name]
+    condition: ColumnElement[bool]
+    if projects is not None:
+        keys += [workload_key(project, name) for project in sorted(projects)]
+        condition = WorkloadRow.array_name.in_(keys)
+    else:
+        pattern = f"%{KEY_SEPARATOR}{name}".replace("_", "\\_")
+        condition = or_(
+            WorkloadRow.array_name == name, WorkloadRow.array_name.like(pattern, escape="\\")
+        )
+    query = (
+        select(WorkloadRow.array_name, QueueRow.name)
+        .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
+        .where(condition)
+        .distinct()
+    )
+    return sorted(
+        array
+        for array, project in session.execute(query).all()
+        if array is not None
+        and short_name(array) == name
+        and (projects is None or project in projects)
+    )
 
 
 def list_workloads(

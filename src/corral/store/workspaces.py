@@ -31,6 +31,8 @@ class Target:
     state: str | None
     numbers: Mapping[str, int]
     active_at: float | None
+    # The workload's id (its own origin is named by it: corral.workspaces.origins).
+    id: int = 0
 
 
 def task_ports(
@@ -72,7 +74,16 @@ def target(session: Session, workload: str, task: int = 0) -> Target:
         state=placement.state if placement else None,
         numbers=dict(placement.ports or {}) if placement else {},
         active_at=row.active_at,
+        id=row.id,
     )
+
+
+def key_of(session: Session, workload_id: int) -> str:
+    """The key of the workload whose id is `workload_id`; NotFound."""
+    key = session.scalar(select(WorkloadRow.name).where(WorkloadRow.id == workload_id))
+    if key is None:
+        raise NotFound(f"no workload of id {workload_id}")
+    return key
 
 
 def mark_active(session: Session, workloads: Collection[str], at: float) -> None:

@@ -27,7 +27,7 @@ from starlette.websockets import WebSocket
 from corral.api import tokens_cache
 from corral.api.deps import ENTER, may_act_on, may_read
 from corral.api.errors import Forbidden
-from corral.model.spec import MAIN_PORT, PortSpec
+from corral.model.spec import MAIN_PORT, PortSpec, workload_key
 from corral.store import NotFound, Store, UserRecord
 from corral.store.workspaces import Target
 
@@ -236,11 +236,29 @@ def number_of(target: Target, port: PortSpec) -> int:
 PATH_SAFE = "/:@!$&'()*+,;=~-._"
 
 
+async def keyed(store: Store, first: str, rest: str) -> tuple[str, str, bool]:
+    """The workload a path /w/FIRST/REST names, and the rest of the path: PROJECT/NAME
+    (FIRST the project, REST's first segment the name), else a workload of before names
+    were per project, named FIRST alone. True when /w/PROJECT/NAME came without its
+    trailing "/"."""
+    name, slash, remainder = rest.partition("/")
+    if name:
+        key = workload_key(first, name)
+        try:
+            await read_target(store, key, 0)
+        except NotFound:
+            pass
+        else:
+            return key, remainder, not slash
+    return first, rest, False
+
+
 async def route(
     store: Store, user: UserRecord, name: str, rest: str, raw: bytes | None = None
 ) -> tuple[Route, str]:
-    """Where /w/NAME/REST goes, and the path to send there, percent-encoded: taken from
-    the request's `raw` path when given, so that an encoded "/" (%2F) stays encoded."""
+    """Where /w/NAME/REST goes (NAME a workload's key, PROJECT/NAME: see `keyed`), and the
+    path to send there, percent-encoded: taken from the request's `raw` path when given,
+    so that an encoded "/" (%2F) stays encoded."""
     target = await find_target(store, user, name)
     first, _, remainder = rest.partition("/")
     port, consumed = choose_port(target, first)

@@ -28,13 +28,15 @@ from functools import partial
 from typing import Any, Protocol
 
 from fastapi import APIRouter, WebSocket
+from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
 from corral.agent.exec import ExecSession
 from corral.agent.fdio import read_fd, write_fd
-from corral.api.deps import API
+from corral.api.deps import API, visible_workload
 from corral.api.routes import PrefixedRoute
 from corral.api.threads import run_waiting
+from corral.store import Conflict, Invalid, NotFound
 from corral.store.workspaces import Target
 from corral.workspaces.access import (
     Refused,
@@ -74,14 +76,24 @@ class Opened(Protocol):
 async def _enter(
     websocket: WebSocket, audit: SessionAudit, name: str, task: int
 ) -> tuple[str | None, Target]:
-    """The caller's token, and the running task they may enter; Refused otherwise."""
+    """The caller's token, and the running task they may enter; Refused otherwise. `name`
+    is the workload's name, of the project in the `project` query parameter when given
+    (as the API's paths take it)."""
     store = websocket.app.state.store
     token, _ = credentials(websocket.headers, websocket.cookies)
     user = await authenticate(store, token)
     audit.about(user=user.name)
     if not same_origin(websocket.headers):
         raise Refused(403, "cross-site WebSocket refused")
-    return token, await find_target(store, user, name, task)
+    project = websocket.query_params.get("project")
+    try:
+        found = await run_in_threadpool(visible_workload, store, user, name, project)
+    except NotFound:
+        raise Refused(404, f"workload {name!r} not found") from None
+    except (Conflict, Invalid) as error:
+        raise Refused(409 if isinstance(error, Conflict) else 422, str(error)) from None
+    audit.about(workload=found.name)
+    return token, await find_target(store, user, found.name, task)
 
 
 async def _run(websocket: WebSocket, audit: SessionAudit, opened: Opened, watch: Watch) -> None:
@@ -123,7 +135,7 @@ async def exec_entry(websocket: WebSocket, name: str) -> None:
         audit.about(task=task, command=recorded(command))
         token, target = await _enter(websocket, audit, name, task)
         cluster = websocket.app.state.control.cluster
-        opened = await _open(cluster, target, name, task, command, tty)
+        opened = await _open(cluster, target, target.workload, task, command, tty)
     except Refused as error:
         await audit.refused(error.status)
         await deny(websocket, error)
@@ -233,12 +245,12 @@ async def forward_entry(websocket: WebSocket, name: str, port: str) -> None:
     audit.about(task=0)
     try:
         token, target = await _enter(websocket, audit, name, 0)
-        opened = await _connect(target, name, port)
+        opened = await _connect(target, target.workload, port)
     except Refused as error:
         await audit.refused(error.status)
         await deny(websocket, error)
         return
-    await websocket.app.state.activity.touch(name)
+    await websocket.app.state.activity.touch(target.workload)
     watch = partial(while_allowed, websocket, websocket.app.state.store, token, target)
     await _run(websocket, audit, opened, watch)
 

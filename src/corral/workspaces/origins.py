@@ -1,11 +1,13 @@
 """One origin per workspace (`--workspace-domain ws.example.org`, or the environment's
-CORRAL_WORKSPACE_DOMAIN): workspace NAME is served at NAME.ws.example.org, so that the
-scripts of one workspace's pages cannot read or drive another's, nor the dashboard.
+CORRAL_WORKSPACE_DOMAIN): workspace PROJECT/NAME, of id ID, is served at
+NAME-ID.ws.example.org (one DNS label, which a wildcard certificate covers; the id tells
+which workload, as names are unique only within a project), so that the scripts of one
+workspace's pages cannot read or drive another's, nor the dashboard.
 
 The wildcard name must lead to this server (DNS `*.ws.example.org`, and a certificate
-for it behind TLS). On a workspace's host only its own paths are served, `/w/NAME/...`
-as on the server's host (so base URLs and Jupyter are unchanged), and the entry below;
-everything else there is a 404.
+for it behind TLS). On a workspace's host only its own paths are served,
+`/w/PROJECT/NAME/...` as on the server's host (so base URLs and Jupyter are unchanged),
+and the entry below; everything else there is a 404.
 
 A browser logs in on the server's host (its `corral_token` cookie belongs to that host
 only). Opening /w/NAME/... there, with that cookie, answers a page that sends it on to
@@ -30,8 +32,12 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from corral.model.spec import short_name
+from corral.store import NotFound, Store
 
 ENVIRONMENT = "CORRAL_WORKSPACE_DOMAIN"
 ENTER_PATH = "/_corral/enter"
@@ -46,6 +52,16 @@ SCOPE_KEY = "corral.workspace_host"
 PRIVATE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DOMAIN = re.compile(rf"^({LABEL}\.)*{LABEL}$")
+# A workspace's label: its name (cut short to fit), "-", its id.
+WORKSPACE_LABEL = re.compile(r"^(?:[a-z0-9][-a-z0-9]*-)?([0-9]{1,18})$")
+MAX_LABEL = 63
+
+
+def label_of(workload: str, workload_id: int) -> str:
+    """The DNS label of the workspace whose key is `workload`: NAME-ID."""
+    suffix = f"-{workload_id}"
+    name = short_name(workload)[: MAX_LABEL - len(suffix)].rstrip("-")
+    return f"{name}{suffix}"
 
 
 def check_domain(value: str) -> str:
@@ -101,23 +117,31 @@ class WorkspaceOrigins:
         value = os.environ.get(ENVIRONMENT, "").strip()
         return cls(value) if value else None
 
-    def workspace_of(self, host: str) -> str | None:
-        """The workspace whose host `host` (a Host header) is, or None."""
+    def workspace_of(self, host: str) -> tuple[str, int] | None:
+        """The label and the workload id of the workspace whose host `host` (a Host
+        header) is, or None."""
         name = host.rpartition(":")[0] if not host.endswith("]") and ":" in host else host
         name = name.lower().rstrip(".")
         label, _, rest = name.partition(".")
-        return label if rest == self.domain and re.fullmatch(LABEL, label) else None
+        found = WORKSPACE_LABEL.match(label) if rest == self.domain else None
+        return (label, int(found[1])) if found else None
 
     def entry_url(
-        self, request_host: str, scheme: str, token: str, workload: str, path: str
+        self,
+        request_host: str,
+        scheme: str,
+        token: str,
+        workload: str,
+        workload_id: int,
+        path: str,
     ) -> str:
         """Where a browser logged in on the server's host goes to open `path` of the
-        workload: its host's entry, with a fresh one-time ticket."""
+        workload (its key, and its id): its host's entry, with a fresh one-time ticket."""
         _, colon, port = request_host.rpartition(":")
         suffix = f":{port}" if colon and port.isdigit() else ""
         ticket = self._tickets.add(_Grant(token, workload, time.time() + TICKET_SECONDS))
         return (
-            f"{scheme}://{workload}.{self.domain}{suffix}{ENTER_PATH}"
+            f"{scheme}://{label_of(workload, workload_id)}.{self.domain}{suffix}{ENTER_PATH}"
             f"?ticket={ticket}&next={quote(path, safe='/')}"
         )
 
@@ -167,20 +191,44 @@ class WorkspaceOrigins:
 
 
 class WorkspaceHosts:
-    """ASGI middleware: on a workspace's host, serve its entry and its own /w/NAME/
-    paths (marked in the scope for the proxy), and nothing else."""
+    """ASGI middleware: on a workspace's host, serve its entry and its own
+    /w/PROJECT/NAME/ paths (marked in the scope for the proxy), and nothing else."""
 
-    def __init__(self, app: ASGIApp, origins: WorkspaceOrigins) -> None:
+    def __init__(self, app: ASGIApp, origins: WorkspaceOrigins, store: Store) -> None:
         self.app = app
         self.origins = origins
+        self.store = store
+        # Workload id -> key: an id is never given twice, so what was found stays true.
+        self._keys: dict[int, str] = {}
+
+    async def _key(self, label: str, workload_id: int) -> str | None:
+        """The key of the workload of that id, when the label is the one it gives."""
+        key = self._keys.get(workload_id)
+        if key is None:
+            try:
+                key = await run_in_threadpool(self.store.workload_key_of, workload_id)
+            except NotFound:
+                return None
+            if len(self._keys) >= MAX_KEPT:
+                self._keys.clear()
+            self._keys[workload_id] = key
+        return key if label_of(key, workload_id) == label else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        workload = self.origins.workspace_of(Headers(scope=scope).get("host", ""))
-        if workload is None:
+        found = self.origins.workspace_of(Headers(scope=scope).get("host", ""))
+        if found is None:
             await self.app(scope, receive, send)
+            return
+        workload = await self._key(*found)
+        if workload is None:
+            detail = "no such workspace: open it from the server again"
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 4404})
+                return
+            await JSONResponse({"detail": detail}, status_code=404)(scope, receive, send)
             return
         path: str = scope["path"]
         if scope["type"] == "http" and path == ENTER_PATH and scope["method"] == "GET":

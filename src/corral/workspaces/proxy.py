@@ -40,6 +40,7 @@ from corral.workspaces.access import (
     authenticate,
     credentials,
     forget_target,
+    keyed,
     route,
     same_origin,
     while_allowed,
@@ -200,6 +201,9 @@ async def proxy_http(request: Request, name: str, rest: str) -> Response:
         request.state.user = user
         if by_cookie and not same_origin(request.headers):
             raise Refused(403, "cross-site request refused")
+        name, rest, bare = await keyed(store, name, rest)
+        if bare:  # /w/PROJECT/NAME is /w/PROJECT/NAME/
+            return RedirectResponse(f"/w/{name}/", status_code=307)
         target, path = await route(store, user, name, rest, request.scope.get("raw_path"))
         origins = _elsewhere(request, by_cookie)
         if origins is not None and request.method not in ("GET", "HEAD"):
@@ -210,7 +214,12 @@ async def proxy_http(request: Request, name: str, rest: str) -> Response:
         assert token is not None
         wanted = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         entry = origins.entry_url(
-            request.headers.get("host", ""), request.url.scheme, token, name, wanted
+            request.headers.get("host", ""),
+            request.url.scheme,
+            token,
+            name,
+            target.target.id,
+            wanted,
         )
         return origins.handoff(entry)
     await request.app.state.activity.touch(target.target.workload)
@@ -274,6 +283,7 @@ async def proxy_websocket(websocket: WebSocket, name: str, rest: str) -> None:
             raise Refused(403, "cross-site WebSocket refused")
         if _elsewhere(websocket, by_cookie) is not None:
             raise Refused(403, f"workspace {name} is served at its own origin only")
+        name, rest, _ = await keyed(store, name, rest)
         target, path = await route(store, user, name, rest, websocket.scope.get("raw_path"))
     except Refused as error:
         await deny(websocket, error)
@@ -407,4 +417,4 @@ def install(app: FastAPI) -> None:
     origins = WorkspaceOrigins.from_environment()
     app.state.workspace_origins = origins
     if origins is not None:
-        app.add_middleware(WorkspaceHosts, origins=origins)
+        app.add_middleware(WorkspaceHosts, origins=origins, store=app.state.store)

@@ -73,7 +73,7 @@ class SessionAudit:
             path=scope["path"][:1024],
             address=client.host[:64] if client else None,
             status=0,
-            workload=workload[:63],
+            workload=workload[:127],
         )
         return cls(websocket.app.state.store, record)
 

@@ -12,8 +12,10 @@ from fastapi import APIRouter, Query
 from corral.api.deps import (
     API,
     ControlDep,
+    ProjectQuery,
     StoreDep,
     User,
+    array_key,
     managed_workload,
     may_manage,
     may_read,
@@ -27,7 +29,7 @@ from corral.api.lifecycle import (
     estimated_starts,
     history_out,
 )
-from corral.api.outputs import workload_out
+from corral.api.outputs import Redactor, workload_out
 from corral.api.routes import PrefixedRoute
 from corral.api.schemas.workloads import WorkloadOut
 from corral.store import STATUSES, NotFound
@@ -38,42 +40,50 @@ router = APIRouter(prefix=API, responses=ERRORS, tags=["workloads"], route_class
 
 @router.post("/workloads/{name}/cancel", response_model=list[WorkloadOut])
 def cancel_workload(
-    name: str, current: User, store: StoreDep, control: ControlDep
+    name: str, current: User, store: StoreDep, control: ControlDep, project: ProjectQuery = None
 ) -> list[WorkloadOut]:
     """Stop a workload, or every unfinished member of the array `name`, and keep its
     record as `cancelled` (who, when); 409 when it has ended already. Returns what was
     cancelled."""
     try:
-        single = [managed_workload(store, current, name)]
+        single = [managed_workload(store, current, name, project)]
+        key = single[0].name
     except NotFound:
         # Not a workload: an array, whose members are all of one project and user.
         single = []
-        members = store.list_workloads(array=name, projects=readable_projects(current))
+        key = array_key(store, current, name, project)
+        members = store.list_workloads(array=key, projects=readable_projects(current))
         if not members:
             raise
         may_manage(current, members[0])
-    before, releases = store.cancel(name, current.name)
+    before, releases = store.cancel(key, current.name)
     control.released(before, releases)
     control.loop.trigger()
-    after = store.list_workloads(array=name) if not single else [store.get_workload(name)]
+    after = store.list_workloads(array=key) if not single else [store.get_workload(key)]
     cancelled = {record.name for record in before}
-    return [workload_out(record) for record in after if record.name in cancelled]
+    redact = Redactor(store, readable_projects(current))
+    return [workload_out(record, redact) for record in after if record.name in cancelled]
 
 
 @router.patch("/workloads/{name}", response_model=WorkloadOut)
 def update_workload(
-    name: str, body: WorkloadPatch, current: User, store: StoreDep, control: ControlDep
+    name: str,
+    body: WorkloadPatch,
+    current: User,
+    store: StoreDep,
+    control: ControlDep,
+    project: ProjectQuery = None,
 ) -> WorkloadOut:
     """Change a pending or suspended workload: priority, preemptible, max_runtime,
     backoff_limit, grace_period, node_selector, node_pools. 409 for work that runs or has
     ended; 422 naming a field that cannot change, or where the workload could then never
     run (as at submit)."""
-    found = managed_workload(store, current, name)
+    found = managed_workload(store, current, name, project)
     changes = body.changes()
     control.admission.check(body.changed(found.spec))
-    record = store.update_workload(name, changes, current.name)
+    record = store.update_workload(found.name, changes, current.name)
     control.loop.trigger()
-    return workload_out(record)
+    return workload_out(record, Redactor(store, readable_projects(current)))
 
 
 @router.get("/history", response_model=list[HistoryOut])
@@ -95,7 +105,11 @@ def list_history(
         return []
     query = HistoryQuery(project, user, state, since, readable_projects(current), limit)
     now = time.time()
-    return [history_out(found, now) for found in store.history(query)]
+    redact = Redactor(store, readable_projects(current))
+    rows = [history_out(found, now) for found in store.history(query)]
+    for row in rows:
+        row.reason = redact(row.reason)
+    return rows
 
 
 @router.get("/starts", response_model=list[StartOut])

@@ -7,7 +7,6 @@ before `until` (seconds since the epoch; now by default).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import math
@@ -19,13 +18,21 @@ from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, BeforeValidator, Field
 
-from corral.api.deps import API, StoreDep, User, readable_projects, visible_workload
+from corral.api.deps import (
+    API,
+    ProjectQuery,
+    StoreDep,
+    User,
+    readable_projects,
+    visible_workload,
+)
 from corral.api.routes import PrefixedRoute, serve
 from corral.api.schemas.common import ErrorOut
 from corral.control.metrics import StateCollector, now_state
 from corral.control.plane import Loop
 from corral.model.durations import parse_duration
-from corral.store import NotFound, Store
+from corral.model.spec import short_name, workload_key
+from corral.store import NotFound, Store, WorkloadRecord
 from corral.store.telemetry_reads import workload_samples
 from corral.store.usage import USAGE_KEYS, UsageKey, series, usage
 
@@ -91,7 +98,10 @@ class DeviceTelemetryOut(BaseModel):
     power: float | None = Field(description="watts")
     temperature: float | None = Field(description="degrees Celsius")
     source: Literal["nvml", "declared", "none"]
-    workloads: list[str] = Field(description="workloads holding the device now")
+    workloads: list[str] = Field(
+        description="workloads holding the device now, as PROJECT/NAME (of the caller's "
+        "projects only, for a member)"
+    )
     state: Literal["free", "busy", "idle"] = Field(
         description="free: nobody holds it; idle: held, latest samples at 0%; busy: held"
     )
@@ -228,23 +238,31 @@ def workload_series(
     store: StoreDep,
     since: Annotated[Duration, Query(description=SINCE)] = 3600.0,
     until: Until = None,
+    project: ProjectQuery = None,
 ) -> WorkloadSeriesOut:
     """Every sample of a workload's devices: raw samples for the last 24 hours, minute
     and hour rollups further back."""
     start, end = _period(since, until)
     # The samples of a deleted workload outlive it; its project is then unknown, and a
-    # member gets 404 as for any workload they may not read.
-    if readable_projects(current) is not None:
-        visible_workload(store, current, name)
-    with contextlib.suppress(NotFound):
-        # Samples are kept by name: those from before the workload was submitted are of
-        # an earlier (deleted) workload of that name, and not its own.
-        start = max(start, store.get_workload(name).created_at)
-    samples = workload_samples(store, name, start, end)
-    if not samples:
-        store.get_workload(name)  # 404 for a workload that never was
+    # member gets 404 as for any workload they may not read. Samples are kept by the
+    # workload's key (PROJECT/NAME).
+    key = workload_key(project, name) if project is not None and "/" not in name else name
+    found: WorkloadRecord | None = None
+    try:
+        found = visible_workload(store, current, name, project)
+    except NotFound:
+        if readable_projects(current) is not None:
+            raise
+    if found is not None:
+        key = found.name
+        # Samples from before the workload was submitted are of an earlier (deleted)
+        # workload of that key, and not its own.
+        start = max(start, found.created_at)
+    samples = workload_samples(store, key, start, end)
+    if not samples and found is None:
+        raise NotFound(f"workload {name!r} not found")  # one that never was
     return WorkloadSeriesOut(
-        workload=name,
+        workload=short_name(key),
         series=[
             WorkloadPoint(
                 time=s.time,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -17,16 +17,19 @@ from corral.api.deps import (
     API,
     ControlDep,
     LoopDep,
+    ProjectQuery,
     StoreDep,
     User,
     application,
+    array_key,
     managed_workload,
     readable_projects,
     visible_workload,
+    workload_by_key,
 )
 from corral.api.errors import ERRORS
 from corral.api.logs import read_log
-from corral.api.outputs import json_answer, vars_of, workload_fields, workload_out
+from corral.api.outputs import Redactor, json_answer, vars_of, workload_fields, workload_out
 from corral.api.routes import PrefixedRoute
 from corral.api.schemas.workloads import (
     EventOut,
@@ -40,11 +43,13 @@ from corral.api.submit import submit_one, submit_several
 from corral.api.why import why_out
 from corral.control import explain
 from corral.control.watch import RECHECK_SECONDS
+from corral.model.spec import short_name
 from corral.store import (
     FINISHED,
     STATUSES,
     EventRecord,
     Invalid,
+    NotFound,
     Store,
     UserRecord,
 )
@@ -78,8 +83,14 @@ def list_workloads(
 ) -> Response:
     """Workloads, oldest first, filtered by project, status, user or array; a member sees
     only the workloads of the projects they belong to."""
+    if array is not None:
+        try:
+            array = array_key(store, current, array, project)
+        except NotFound:
+            return json_answer([])
     found = store.list_workloads(project, status, user, readable_projects(current), array)
-    return json_answer([workload_fields(r) for r in found])
+    redact = Redactor(store, readable_projects(current))
+    return json_answer([redact.fields(workload_fields(r)) for r in found])
 
 
 @router.post("/workloads", response_model=WorkloadOut, status_code=201)
@@ -121,6 +132,7 @@ async def get_workload(
     name: str,
     current: User,
     request: Request,
+    project: ProjectQuery = None,
     until: Annotated[
         str | None,
         Query(
@@ -148,28 +160,42 @@ async def get_workload(
     if until is None:
         if wait is not None:
             raise Invalid("wait", "give `until` too: the status to wait for")
-        return json_answer(
-            workload_fields(await run_in_threadpool(visible_workload, store, current, name))
-        )
+        return json_answer(await run_in_threadpool(read, store, current, name, project))
     deadline = time.monotonic() + (DEFAULT_WAIT if wait is None else wait)
-    with control.changes.watching(name, current.name) as changed:
+    key = (await run_in_threadpool(visible_workload, store, current, name, project)).name
+    with control.changes.watching(key, current.name) as changed:
         while True:
             # Cleared before the look: a change announced during it is not missed.
             if changed is not None:
                 changed.clear()
-            record = await run_in_threadpool(visible_workload, store, current, name)
+            fields = await run_in_threadpool(read, store, current, key, None, True)
             left = deadline - time.monotonic()
-            done = record.status == until or record.status in FINISHED or left <= 0
+            done = fields["status"] == until or fields["status"] in FINISHED or left <= 0
             if done or changed is None:
-                return json_answer(workload_fields(record))
+                return json_answer(fields)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(left, RECHECK_SECONDS))
 
 
+def read(
+    store: Store, current: UserRecord, name: str, project: str | None, by_key: bool = False
+) -> dict[str, Any]:
+    """The workload as `current` may read it (`by_key`: `name` is its key), as plain
+    data, in one worker thread."""
+    found = (
+        workload_by_key(store, current, name)
+        if by_key
+        else visible_workload(store, current, name, project)
+    )
+    return Redactor(store, readable_projects(current)).fields(workload_fields(found))
+
+
 @router.delete("/workloads/{name}", status_code=204)
-def delete_workload(name: str, current: User, store: StoreDep, control: ControlDep) -> Response:
-    managed_workload(store, current, name)
-    deleted, releases = store.delete_workload(name, current.name)
+def delete_workload(
+    name: str, current: User, store: StoreDep, control: ControlDep, project: ProjectQuery = None
+) -> Response:
+    key = managed_workload(store, current, name, project).name
+    deleted, releases = store.delete_workload(key, current.name)
     control.released([deleted], releases)
     control.forget(deleted)
     control.loop.trigger()
@@ -177,33 +203,52 @@ def delete_workload(name: str, current: User, store: StoreDep, control: ControlD
 
 
 @router.post("/workloads/{name}/suspend", response_model=WorkloadOut)
-def suspend(name: str, current: User, store: StoreDep, control: ControlDep) -> WorkloadOut:
-    managed_workload(store, current, name)
-    suspended, releases = store.suspend(name, current.name)
+def suspend(
+    name: str, current: User, store: StoreDep, control: ControlDep, project: ProjectQuery = None
+) -> WorkloadOut:
+    key = managed_workload(store, current, name, project).name
+    suspended, releases = store.suspend(key, current.name)
     control.released([suspended], releases)
     control.loop.trigger()
-    return workload_out(store.get_workload(name))
+    return workload_out(store.get_workload(key), Redactor(store, readable_projects(current)))
 
 
 @router.post("/workloads/{name}/resume", response_model=WorkloadOut)
-def resume(name: str, current: User, store: StoreDep, loop: LoopDep) -> WorkloadOut:
-    managed_workload(store, current, name)
-    record = store.resume(name, current.name)
+def resume(
+    name: str, current: User, store: StoreDep, loop: LoopDep, project: ProjectQuery = None
+) -> WorkloadOut:
+    key = managed_workload(store, current, name, project).name
+    record = store.resume(key, current.name)
     loop.trigger()
-    return workload_out(record)
+    return workload_out(record, Redactor(store, readable_projects(current)))
 
 
 @router.get("/workloads/{name}/events", response_model=list[EventOut])
-async def workload_events(name: str, current: User, store: StoreDep) -> list[EventOut]:
+async def workload_events(
+    name: str, current: User, store: StoreDep, project: ProjectQuery = None
+) -> list[EventOut]:
     # Async, its store reads in one worker thread (see `get_workload`).
-    found = await run_in_threadpool(visible_events, store, current, name)
-    return [EventOut(**vars_of(event)) for event in found]
+    found = await run_in_threadpool(visible_events, store, current, name, project)
+    redact = Redactor(store, readable_projects(current))
+    return [
+        EventOut(
+            **{
+                **vars_of(event),
+                "workload": short_name(event.workload or "") or None,
+                "cause": redact(event.cause),
+                "reason": redact(event.reason),
+            }
+        )
+        for event in found
+    ]
 
 
-def visible_events(store: Store, current: UserRecord, name: str) -> list[EventRecord]:
+def visible_events(
+    store: Store, current: UserRecord, name: str, project: str | None
+) -> list[EventRecord]:
     """The events of workload `name`, which `current` must be allowed to read: of this
     workload, by its id, not those of an earlier (deleted) workload of the same name."""
-    return store.events(workload_id=visible_workload(store, current, name).id)
+    return store.events(workload_id=visible_workload(store, current, name, project).id)
 
 
 @router.get("/workloads/{name}/logs", response_model=LogOut)
@@ -215,11 +260,17 @@ def logs(
     task: Annotated[int, Query(ge=0, le=4095)] = 0,
     offset: Annotated[int, Query(ge=0)] = 0,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    project: ProjectQuery = None,
 ) -> LogOut:
-    return read_log(control.data_dir, visible_workload(store, current, name), task, offset, tail)
+    record = visible_workload(store, current, name, project)
+    return read_log(control.data_dir, record, task, offset, tail)
 
 
 @router.get("/workloads/{name}/why", response_model=WhyOut)
-def why(name: str, current: User, store: StoreDep, loop: LoopDep) -> WhyOut:
-    record = visible_workload(store, current, name)
-    return why_out(explain.why(store, record, readable_projects(current), loop.last))
+def why(
+    name: str, current: User, store: StoreDep, loop: LoopDep, project: ProjectQuery = None
+) -> WhyOut:
+    record = visible_workload(store, current, name, project)
+    answer = why_out(explain.why(store, record, readable_projects(current), loop.last))
+    answer.reason = Redactor(store, readable_projects(current))(answer.reason)
+    return answer

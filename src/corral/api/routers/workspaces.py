@@ -7,10 +7,18 @@ import time
 
 from fastapi import APIRouter
 
-from corral.api.deps import API, StoreDep, User, lists_workspaces, visible_workload
+from corral.api.deps import (
+    API,
+    ProjectQuery,
+    StoreDep,
+    User,
+    lists_workspaces,
+    visible_workload,
+)
 from corral.api.errors import ERRORS
 from corral.api.routes import PrefixedRoute
 from corral.api.schemas.workloads import WorkspaceOut, WorkspacePortOut
+from corral.model.spec import short_name
 from corral.store import Store, WorkloadRecord
 
 router = APIRouter(prefix=API, responses=ERRORS, tags=["workspaces"], route_class=PrefixedRoute)
@@ -31,7 +39,7 @@ def workspace_out(store: Store, record: WorkloadRecord, active: float | None) ->
     )
     idle = time.time() - last if record.status == "running" and last is not None else None
     return WorkspaceOut(
-        name=spec.name,
+        name=short_name(spec.name),
         project=spec.project,
         user=spec.user,
         status=record.status,  # type: ignore[arg-type]
@@ -67,8 +75,10 @@ def list_workspaces(
 
 
 @router.get("/workspaces/{name}", response_model=WorkspaceOut)
-def get_workspace(name: str, current: User, store: StoreDep) -> WorkspaceOut:
+def get_workspace(
+    name: str, current: User, store: StoreDep, project: ProjectQuery = None
+) -> WorkspaceOut:
     """One workspace: its status, node, ports (path, ready) and idle time."""
-    record = visible_workload(store, current, name)
-    active = store.active_at([name])
-    return workspace_out(store, record, active.get(name))
+    record = visible_workload(store, current, name, project)
+    active = store.active_at([record.name])
+    return workspace_out(store, record, active.get(record.name))

@@ -22,8 +22,9 @@ Name = Annotated[str, Field(pattern=NAME_PATTERN, min_length=1, max_length=63)]
 ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-# A dependency: a workload's name, then ":ok" (it succeeded, the default) or ":any" (ended).
-AFTER_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(:(ok|any))?$"
+# A dependency: a workload's name (PROJECT/NAME for another project's), then ":ok" (it
+# succeeded, the default) or ":any" (ended).
+AFTER_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(:(ok|any))?$"
 
 
 # A secret is named as the environment variable it becomes by default.

@@ -32,7 +32,7 @@ from corral.model import (
     resolve_priority,
 )
 from corral.model.arrays import parse_array, parse_dependency
-from corral.model.spec import PortSpec, WorkloadSpec
+from corral.model.spec import PortSpec, WorkloadSpec, workload_key
 from corral.spec.limits import (
     MAX_REPLICAS,
     MAX_TASK_GROUPS,
@@ -160,7 +160,7 @@ class WorkloadIn(Body):
         description='one workload per index, named NAME-INDEX: "0-99", "1,3,5-7"; "%8" '
         "after it: at most 8 running at once",
     )
-    after: list[Annotated[str, Field(pattern=AFTER_PATTERN, max_length=80)]] = Field(
+    after: list[Annotated[str, Field(pattern=AFTER_PATTERN, max_length=135)]] = Field(
         default_factory=list,
         max_length=64,
         description='workloads to wait for: "NAME" or "NAME:ok" until it succeeded, '
@@ -257,9 +257,11 @@ class WorkloadIn(Body):
         return self
 
     def to_spec(self, name: str, user: str) -> WorkloadSpec:
+        """The workload `name` of its project, as the store keeps it (its key is
+        PROJECT/NAME: corral.model.spec.workload_key)."""
         priority = resolve_priority(self.priority)
         return WorkloadSpec(
-            name=name,
+            name=workload_key(self.project, name),
             project=self.project,
             user=user,
             task_groups=tuple(group.to_model() for group in self.tasks),

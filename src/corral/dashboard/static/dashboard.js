@@ -78,7 +78,16 @@
       .replace(/'/g, "&#39;");
   }
 
-  const link = (name) => `<a href="/workloads/${encodeURIComponent(name)}">${esc(name)}</a>`;
+  // The page of workload NAME of `project`, or of PROJECT/NAME (a name is unique within
+  // its project).
+  function workloadUrl(name, project) {
+    const cut = name.lastIndexOf("/");
+    const short = cut < 0 ? name : name.slice(cut + 1);
+    const where = cut < 0 ? project : name.slice(0, cut);
+    const page = `/workloads/${encodeURIComponent(short)}`;
+    return where ? `${page}?project=${encodeURIComponent(where)}` : page;
+  }
+  const link = (name, project) => `<a href="${workloadUrl(name, project)}">${esc(name)}</a>`;
   const clamp = (v) => Math.min(Math.max(v || 0, 0), 100);
 
   function util(value, declared) {
@@ -221,9 +230,10 @@
           .map((device) => {
             const seen = telemetry.get(`${node.name}\u0000${device.index}`);
             const holding = node.tasks.filter((t) => t.devices.includes(device.index) && t.workload);
-            const allocated = holding.map((t) => t.workload);
+            // Keys, PROJECT/NAME, as telemetry names the workloads on a device.
+            const allocated = holding.map((t) => `${t.project}/${t.workload}`);
             // A task's share of each of its devices: below 1 on a shared device.
-            const shares = new Map(holding.map((t) => [t.workload, t.gpu / Math.max(t.devices.length, 1)]));
+            const shares = new Map(holding.map((t) => [`${t.project}/${t.workload}`, t.gpu / Math.max(t.devices.length, 1)]));
             const get = (key) => (seen && seen[key] !== undefined ? seen[key] : null);
             return {
               index: device.index,
@@ -404,7 +414,7 @@
             const a = active.get(w.name) || {};
             const state = a.state || "—";
             return (
-              `<tr data-workload="${esc(w.name)}"><td>${link(w.name)}</td>` +
+              `<tr data-workload="${esc(w.name)}"><td>${link(w.name, w.project)}</td>` +
               `<td>${esc(w.project)}</td><td>${esc(w.user)}</td>` +
               `<td class="n">${gpusAsked(w)}</td><td>${util(a.utilization, a.declared)}</td>` +
               `<td><span class="badge state-${esc(state)}" data-testid="workload-state-${esc(w.name)}">${esc(state)}</span></td>` +
@@ -420,7 +430,7 @@
         rows(
           longestWaits(d.pending, now),
           (w) =>
-            `<tr data-workload="${esc(w.name)}"><td>${link(w.name)}</td>` +
+            `<tr data-workload="${esc(w.name)}"><td>${link(w.name, w.project)}</td>` +
             `<td>${esc(w.project)}</td><td class="n">${gpusAsked(w)}</td>` +
             `<td class="n" data-testid="waited-${esc(w.name)}">${duration(w.waited)}</td>` +
             `<td class="reason">${esc(w.reason || "—")}</td></tr>`,
@@ -553,7 +563,7 @@
           (w) => {
             const a = active.get(w.name) || {};
             return (
-              `<tr data-workload="${esc(w.name)}" data-testid="row-${esc(w.name)}"><td>${link(w.name)}</td>` +
+              `<tr data-workload="${esc(w.name)}" data-testid="row-${esc(w.name)}"><td>${link(w.name, w.project)}</td>` +
               `<td>${statusBadge(w.status, `status-${w.name}`)}</td>` +
               `<td>${esc(w.project)}</td><td>${esc(w.user)}</td>` +
               `<td class="n">${gpusAsked(w)}</td><td class="n">${duration(waited(w, now))}</td>` +
@@ -597,13 +607,14 @@
   const workload = {
     async load(d) {
       const path = `/workloads/${encodeURIComponent(d.name)}`;
+      const where = { project: d.project };
       const [found, events, logs, series] = await Promise.all([
-        api(path),
-        api(`${path}/events`),
-        api(`${path}/logs`, { tail: 50, task: logTask() }),
-        optional(d.series, `/telemetry${path}`, { since: d.since }),
+        api(path, where),
+        api(`${path}/events`, where),
+        api(`${path}/logs`, { tail: 50, task: logTask(), ...where }),
+        optional(d.series, `/telemetry${path}`, { since: d.since, ...where }),
       ]);
-      const why = found.status === "pending" ? await api(`${path}/why`) : null;
+      const why = found.status === "pending" ? await api(`${path}/why`, where) : null;
       return Object.assign({}, d, { workload: found, events, logs, series, why });
     },
     render(d) {
@@ -641,7 +652,7 @@
         }
         if (d.why.holders.length) {
           html += "<p>Holding the GPUs it could use: " + d.why.holders
-            .map((h) => `${h.workload ? link(h.workload) : "another project's workload"} (${esc(h.project)}, ${num(h.gpu)} on ${esc(h.node)})`)
+            .map((h) => `${h.workload ? link(h.workload, h.project) : "another project's workload"} (${esc(h.project)}, ${num(h.gpu)} on ${esc(h.node)})`)
             .join(", ") + ".</p>";
         }
         setHtml("why", html);

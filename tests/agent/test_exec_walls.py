@@ -451,9 +451,9 @@ def test_an_execs_setsid_child_dies_with_its_task_before_its_gpu_is_given_out(
     leave = ["/bin/sh", "-c", LEAVE, "leave", f"{leaver}/"]
     ran = run_exec(world, "alice", "exec-leaver", leave)
     assert (ran.exit, ran.out) == (0, b"left the group\n"), ran
-    wait_until(lambda: processes_of(leaver), 10, "the exec's setsid child")
+    wait_until(lambda: processes_of(leaver), 30, "the exec's setsid child")
     # The follower reads the heartbeat: it must have begun (else the follower exits 3).
-    wait_until(lambda: (leaver / "beat").exists(), 10, "the exec's heartbeat")
+    wait_until(lambda: (leaver / "beat").exists(), 30, "the exec's heartbeat")
     with world.api("bob") as api:
         body = {"name": "exec-follower", "project": "team", "tasks": [{"gpu": 1}]}
         command = ["/bin/sh", "-c", FOLLOWER, "follower", str(leaver / "beat")]

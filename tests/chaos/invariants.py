@@ -79,7 +79,8 @@ def submissions(
     tags = Counter(workload.tag for workload in stored)
     problems += [f"{tag} is stored {n} times" for tag, n in sorted(tags.items()) if n > 1]
     problems += [f"{tag} was never sent" for tag in sorted(set(tags) - sent, key=str)]
-    names = {workload.tag: workload.name for workload in stored}
+    # Stored under its key, PROJECT/NAME; acknowledged by its name.
+    names = {workload.tag: workload.name.rpartition("/")[2] for workload in stored}
     for tag, name in sorted(acknowledged.items()):
         if names.get(tag) != name:
             problems.append(f"acknowledged {tag} ({name}) is lost")

@@ -108,10 +108,10 @@ def test_device_cells_without_telemetry_show_allocation() -> None:
             {"index": 1, "model": "A100", "memory": 2**30, "virtual": False},
             {"index": 0, "model": "A100", "memory": 2**30, "virtual": False},
         ],
-        "tasks": [{"workload": "w", "devices": [1]}],
+        "tasks": [{"workload": "w", "project": "p", "devices": [1]}],
     }
     [entry] = views.device_cells([node], None)
     assert [(c["index"], c["state"], c["workloads"]) for c in entry["cells"]] == [
         (0, "free", []),
-        (1, "allocated", ["w"]),
+        (1, "allocated", ["p/w"]),  # its key: names are unique within a project
     ]

@@ -171,7 +171,7 @@ def test_a_gang_spans_two_nodes_started_by_the_cli(ray_second_node: str, tmp_pat
         started = {e["node"]: e["reason"] for e in up.events("spread", "task-started")}
         assert sorted(started) == ["head", "second"], started
         # The log of each task, one on each node, reached the server; both tasks had the
-        # same checkpoint directory, CHECKPOINT_ROOT/<workload>.<id>/checkpoints.
-        own = f"{shared}/spread.{up.workload('spread')['id']}"
+        # same checkpoint directory, CHECKPOINT_ROOT/<project>_<workload>.<id>/checkpoints.
+        own = f"{shared}/{up.workload('spread')['directory']}"
         for task in (0, 1):
             up.wait_log("spread", f"task {task} checkpoints in {own}/checkpoints", task)

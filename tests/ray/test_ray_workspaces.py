@@ -227,7 +227,7 @@ def test_a_relayed_session_is_audited_and_ends_once_its_token_is_revoked(
     wait_until(lambda: not runs("sleep", marker), 5, "the session's command to be killed")
     records = site.server.get("/audit", action="EXEC")
     [exited] = [r for r in records if r["command"] == ["/bin/sh", "-c", "exit 4"]]
-    assert (exited["user"], exited["workload"], exited["exit_code"]) == ("alice", "web", 4)
+    assert (exited["user"], exited["workload"], exited["exit_code"]) == ("alice", "team-a/web", 4)
     [ended] = [r for r in records if r["command"] == ["sleep", marker]]
     assert ended["ended_at"] is not None and ended["exit_code"] is None, ended
 

@@ -87,7 +87,9 @@
     const page = `/workloads/${encodeURIComponent(short)}`;
     return where ? `${page}?project=${encodeURIComponent(where)}` : page;
   }
-  const link = (name, project) => `<a href="${workloadUrl(name, project)}">${esc(name)}</a>`;
+  // Shown by its name (its key, PROJECT/NAME, as the link's title).
+  const link = (name, project) =>
+    `<a href="${workloadUrl(name, project)}" title="${esc(name)}">${esc(name.slice(name.lastIndexOf("/") + 1))}</a>`;
   const clamp = (v) => Math.min(Math.max(v || 0, 0), 100);
 
   function util(value, declared) {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Connection, Table, bindparam, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased, selectinload
@@ -369,44 +369,46 @@ def list_workloads_named(session: Session, names: list[str]) -> list[WorkloadRec
     return list_workloads(session, None, None, None, names=names)
 
 
+def _called(column: Any, name: str, projects: Collection[str] | None) -> ColumnElement[bool]:
+    """`column` (a workload's or an array's key) names `name` in its project: PROJECT/NAME
+    for one of `projects` (any, when None), or the bare NAME of before names were per
+    project. A LIKE on the key's end also matches longer names: callers keep the exact."""
+    if projects is not None:
+        keys = [name, *(workload_key(project, name) for project in sorted(projects))]
+        return cast(ColumnElement[bool], column.in_(keys))
+    pattern = f"%{KEY_SEPARATOR}{name}".replace("_", "\\_")
+    return or_(column == name, column.like(pattern, escape="\\"))
+
+
 def find_named(
     session: Session, name: str, projects: Collection[str] | None
 ) -> list[WorkloadRecord]:
     """The workloads called `name` in their project (key PROJECT/NAME, or the bare NAME of a
     workload of before names were per project), of `projects` only when given, oldest
     first."""
-    if projects is not None:
-        keys = [workload_key(project, name) for project in sorted(projects)]
-        return list_workloads(session, None, None, None, projects, names=[*keys, name])
-    pattern = f"%{KEY_SEPARATOR}{name}".replace("_", "\\_")
     query = (
         select(WorkloadRow, QueueRow.name)
         .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
-        .where(or_(WorkloadRow.name == name, WorkloadRow.name.like(pattern, escape="\\")))
+        .where(_called(WorkloadRow.name, name, projects))
+        .options(
+            selectinload(WorkloadRow.task_groups),
+            selectinload(WorkloadRow.placements).selectinload(PlacementRow.node),
+        )
         .order_by(WorkloadRow.id)
     )
+    if projects is not None:
+        query = query.where(QueueRow.name.in_(sorted(projects)))
     found = [workload_record(row, queue) for row, queue in session.execute(query).all()]
-    # LIKE matches the end of a key: keep those whose name is exactly `name`.
     return [record for record in found if short_name(record.name) == name]
 
 
 def find_arrays(session: Session, name: str, projects: Collection[str] | None) -> list[str]:
     """The keys of the arrays called `name` in their project (as `find_named` finds
     workloads), of `projects` only when given."""
-    keys = [name]
-    condition: ColumnElement[bool]
-    if projects is not None:
-        keys += [workload_key(project, name) for project in sorted(projects)]
-        condition = WorkloadRow.array_name.in_(keys)
-    else:
-        pattern = f"%{KEY_SEPARATOR}{name}".replace("_", "\\_")
-        condition = or_(
-            WorkloadRow.array_name == name, WorkloadRow.array_name.like(pattern, escape="\\")
-        )
     query = (
         select(WorkloadRow.array_name, QueueRow.name)
         .join(QueueRow, WorkloadRow.queue_id == QueueRow.id)
-        .where(condition)
+        .where(_called(WorkloadRow.array_name, name, projects))
         .distinct()
     )
     return sorted(

@@ -430,7 +430,8 @@ def sticky() -> Iterator[Path]:
 # in its arguments, so it is found from outside.
 LEAVE = """
 umask 022
-beat='n=0; while :; do n=$((n+1)); echo $n > "$0/beat"; sleep 0.05; done'
+beat='n=0; while :; do n=$((n+1))
+echo $n > "$0/beat.new"; mv -f "$0/beat.new" "$0/beat"; sleep 0.05; done'
 setsid sh -c "$beat" "$1" </dev/null >/dev/null 2>&1 &
 echo "left the group"
 """

@@ -145,10 +145,12 @@ def test_a_fork_burst_stops_at_the_pids_limit(cluster: Cluster) -> None:
     wait_until(lambda: not task_commands(up.workloads_dir).get(("forker", 0)), 20, "the end")
 
 
-# Leaves the task's process group and writes a heartbeat until it is killed.
+# Leaves the task's process group and writes a heartbeat until it is killed (each beat
+# renamed into place: a kill between truncating and writing left an empty file).
 LEAVER = """
 umask 022
-setsid sh -c 'n=0; while :; do n=$((n+1)); echo $n > "$0"; sleep 0.05; done' "$1" &
+beat='n=0; while :; do n=$((n+1)); echo $n > "$0.new"; mv -f "$0.new" "$0"; sleep 0.05; done'
+setsid sh -c "$beat" "$1" &
 echo "left the group"
 exec sleep 300
 """

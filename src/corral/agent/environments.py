@@ -170,6 +170,13 @@ class EnvironmentCache:
         self._envs = root / "envs"
         self._builds = root / "builds"
         self._locks = root / "locks"
+        closed = unreachable_parent(root)
+        if os.geteuid() == 0 and closed is not None:
+            # The build account must reach its build directory, and tasks their venvs.
+            raise PermissionError(
+                f"{root} is inside {closed}, which other accounts cannot enter: neither "
+                "the build account nor the tasks could reach the environments"
+            )
         # Modes: tasks pass through root to envs and list nothing else; the build account
         # passes through builds to its own directory only.
         for path, mode in (
@@ -201,7 +208,7 @@ class EnvironmentCache:
         path = self._envs / key
         with self._locked(key, progress) as waited:
             if (path / MARKER).is_file():
-                os.utime(path / MARKER)
+                _used(path / MARKER)
                 if waited:
                     progress("building environment: done")
                 return path
@@ -218,20 +225,21 @@ class EnvironmentCache:
         """Remove the least recently used environments beyond `cap_bytes`, and return their
         keys. Never removed: the keys `in_use` (of running tasks), one being built, and one
         used in the last `grace` seconds (just returned to a task about to start)."""
-        kept: list[tuple[int, int, str]] = []
+        built: list[tuple[int, int, str]] = []
         for entry in os.scandir(self._envs):
             try:
                 info = os.stat(Path(entry.path) / MARKER)
                 size = int(json.loads((Path(entry.path) / MARKER).read_text())["size_bytes"])
             except (OSError, ValueError, KeyError):
                 continue  # being built, or a leftover its next ensure removes
-            kept.append((info.st_mtime_ns, size, entry.name))
-        kept.sort(reverse=True)
-        total, removed = 0, []
+            built.append((info.st_mtime_ns, size, entry.name))
+        built.sort()  # the least recently used first
+        total, removed = sum(size for _, size, _ in built), []
         now = time.time_ns()
-        for used, size, key in kept:
-            total += size
-            if total <= self.cap_bytes or key in in_use or now - used < grace * 1e9:
+        for used, size, key in built:
+            if total <= self.cap_bytes:
+                break
+            if key in in_use or now - used < grace * 1e9:
                 continue
             with self._try_locked(key) as locked:
                 if locked:
@@ -349,7 +357,9 @@ class EnvironmentCache:
         try:
             build.uv(["venv", "--no-config", "--relocatable", *wanted, str(build.venv)])
         except EnvironmentFailed as failed:
-            closed = self._closed_python(version) if build.builder else None
+            closed = None
+            if build.builder and "no interpreter found" in failed.message.lower():
+                closed = self._closed_python(version)
             if closed is None:
                 raise
             raise EnvironmentFailed(
@@ -637,7 +647,15 @@ def _write_marker(path: Path, text: str) -> None:
     staging = path / f"{MARKER}.{uuid.uuid4().hex}"
     staging.write_text(text)
     os.chmod(staging, 0o644)
+    _used(staging)
     os.replace(staging, path / MARKER)
+
+
+def _used(marker: Path) -> None:
+    """Record a use as the marker's modification time, to the nanosecond: the kernel's
+    own clock for files ticks in milliseconds, too coarse to order uses in a row."""
+    now = time.time_ns()
+    os.utime(marker, ns=(now, now))
 
 
 def _remove(path: Path) -> None:

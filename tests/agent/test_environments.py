@@ -243,6 +243,10 @@ def test_prune_removes_the_least_recently_used(cache: EnvironmentCache) -> None:
     cache.cap_bytes = sizes["alpha"]
     assert cache.prune(grace=0) == [built["beta"].name]
     assert [p.name for p in (cache.root / "envs").iterdir()] == [built["alpha"].name]
+    # What a build whose agent was killed left is removed too.
+    (cache.root / "builds" / f"{'0' * 64}.cut-short" / "venv").mkdir(parents=True)
+    assert cache.prune(grace=0) == []
+    assert list((cache.root / "builds").iterdir()) == []
     # A pruned environment is built again when asked for.
     assert (cache.ensure(requirements("gamma\n")) / MARKER).is_file()
 

@@ -242,10 +242,16 @@ class EnvironmentCache:
             if key in in_use or now - used < grace * 1e9:
                 continue
             with self._try_locked(key) as locked:
-                if locked:
+                # Used again since it was looked at: kept.
+                if locked and os.stat(self._envs / key / MARKER).st_mtime_ns == used:
                     self._discard(key)
                     removed.append(key)
                     total -= size
+        for leftover in os.scandir(self._builds):
+            # A build whose agent was killed, of a key nobody asked for again.
+            with self._try_locked(leftover.name.partition(".")[0]) as locked:
+                if locked:
+                    _remove(Path(leftover.path))
         return removed
 
     @contextlib.contextmanager
@@ -328,7 +334,8 @@ class EnvironmentCache:
             self._uv = found
             if os.geteuid() == 0 and unreachable_parent(Path(found)) is not None:
                 tools = self.root / "tools"
-                tools.mkdir(mode=0o755, exist_ok=True)
+                tools.mkdir(exist_ok=True)
+                os.chmod(tools, 0o755)
                 copy = tools / "uv"
                 if not copy.exists() or copy.stat().st_size != os.stat(found).st_size:
                     staging = tools / f"uv.{uuid.uuid4().hex}"

@@ -51,6 +51,9 @@ NOT_YET = {
     # Exec takes the session's descriptors from an agent in this process, or through the
     # node's agent over the cluster's relay.
     "workspaces": {"agent", "cluster"},
+    # The node's snapshot cache validates an archive with the packer's own check
+    # (sdk.snapshot, issue 45): one definition of a valid snapshot, shared with the server.
+    "agent": {"sdk"},
     # `corral up`, `corral server` and `corral agent` start the server or an agent in the
     # CLI's process, with the server's options (threads, workspace origins).
     "cli": {"agent", "server", "api", "workspaces"},

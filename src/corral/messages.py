@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from corral.model import DEFAULT_GRACE_PERIOD
-from corral.model.spec import NodeSpec
+from corral.model.spec import NodeSpec, PythonEnv
 from corral.model.telemetry import Sample
 
 
@@ -67,6 +67,12 @@ class TaskLaunch:
     # 0 when it gave none. The agent makes them the limits of the task's cgroup.
     cpu: float = 0.0
     memory: int = 0
+    # What the task brings (corral.model.spec.WorkloadSpec): the digest of its project's
+    # code snapshot, which it starts in a private copy of (`workdir` then is taken from
+    # the copy); the Python environment the agent builds for it; the image it runs in.
+    code: str | None = None
+    python: PythonEnv | None = None
+    image: str | None = None
 
     def __post_init__(self) -> None:
         if not self.directory:
@@ -163,6 +169,19 @@ class Reports(Protocol):
 
     def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
         """The port numbers the agent gave the task's declared ports, by name."""
+
+    def task_preparing(self, node: str, workload: str, task: int, what: str) -> None:
+        """The task has not started yet because the agent prepares what it brings (its
+        code, its Python environment, its image): `what` says how far it is, as a person
+        reads it ("building environment: 7 of 12 packages"). An agent of before sends
+        none."""
+
+    def code(self, project: str, digest: str) -> bytes:
+        """The bytes of the code snapshot `digest` of `project` (its .tar.gz), which a task
+        about to start on the node brings; LookupError when the server has none. (Asked,
+        not told: of the transports, only the in-process one calls it; Ray's sends the
+        snapshots with the launches.)"""
+        raise NotImplementedError
 
     def heartbeat(self, node: str) -> None:
         """The node's agent is alive."""

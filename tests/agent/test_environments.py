@@ -3,25 +3,20 @@
 
 from __future__ import annotations
 
-import base64
-import functools
-import hashlib
-import http.server
 import json
 import os
 import re
 import stat
 import subprocess
 import sys
-import threading
 import time
-import zipfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from livecorral import Accounts, open_folder
+from wheels import make_wheel, served
 
 from corral.agent.environments import (
     MARKER,
@@ -32,30 +27,6 @@ from corral.agent.environments import (
 )
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
-def make_wheel(folder: Path, name: str, requires: tuple[str, ...] = ()) -> Path:
-    """A pure-Python wheel `name` 1.0 whose module holds VALUE = name."""
-    files = {
-        f"{name}/__init__.py": f"VALUE = {name!r}\n",
-        f"{name}-1.0.dist-info/METADATA": "Metadata-Version: 2.1\n"
-        f"Name: {name}\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
-        f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: corral-tests\n"
-        "Root-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = hashlib.sha256(text.encode()).digest()
-        encoded = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-        record.append(f"{path},sha256={encoded},{len(text.encode())}")
-    record.append(f"{name}-1.0.dist-info/RECORD,,")
-    files[f"{name}-1.0.dist-info/RECORD"] = "\n".join(record) + "\n"
-    wheel = folder / f"{name}-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-    wheel.chmod(0o644)
-    return wheel
 
 
 def needs_root() -> None:
@@ -264,23 +235,16 @@ def test_a_build_cut_short_is_redone(cache: EnvironmentCache) -> None:
 
 
 @pytest.fixture
-def served(wheels: Path) -> Iterator[str]:
+def served_wheels(wheels: Path) -> Iterator[str]:
     """The wheels over HTTP on 127.0.0.1, as a directory listing uv reads as find-links."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(wheels))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served(wheels) as url:
+        yield url
 
 
-def test_a_workloads_find_links_over_http(served: str, wheels: Path) -> None:
+def test_a_workloads_find_links_over_http(served_wheels: str, wheels: Path) -> None:
     with open_folder("corral-envs-", 0o755) as root:
         cache = EnvironmentCache(root / "cache", index_url=str(wheels / "empty-index"))
-        env = PythonEnv((("requirements.txt", "beta\n"),), PYTHON, find_links=(served,))
+        env = PythonEnv((("requirements.txt", "beta\n"),), PYTHON, find_links=(served_wheels,))
         venv = cache.ensure(env)
         done = subprocess.run(
             [venv / "bin" / "python", "-c", "import alpha, beta"], capture_output=True, check=False

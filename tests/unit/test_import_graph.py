@@ -34,7 +34,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "messages": {"model"},
     "agent": {"messages", "model"},
     "cluster": {"agent", "messages", "model"},
-    "cli": {"model", "scenario", "sim", "sdk"},
+    "cli": {"model", "scenario", "sim", "sdk", "spec"},
     "sdk": {"model"},
 }
 # Where the code is not yet the map (issue 40), or the map leaves out what the code needs
@@ -51,9 +51,9 @@ NOT_YET = {
     # Exec takes the session's descriptors from an agent in this process, or through the
     # node's agent over the cluster's relay.
     "workspaces": {"agent", "cluster"},
-    # The node's snapshot cache validates an archive with the packer's own check
-    # (sdk.snapshot, issue 45): one definition of a valid snapshot, shared with the server.
-    "agent": {"sdk"},
+    # The node's snapshot cache validates an archive with the server's own check
+    # (spec.snapshots, issue 45): one definition of a valid snapshot, for both.
+    "agent": {"spec"},
     # `corral up`, `corral server` and `corral agent` start the server or an agent in the
     # CLI's process, with the server's options (threads, workspace origins).
     "cli": {"agent", "server", "api", "workspaces"},

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.sdk.snapshot import Snapshot, SnapshotTooLarge, check, pack
+from corral.sdk.snapshot import Snapshot, SnapshotTooLarge, pack
+from corral.spec.snapshots import check
 
 
 def write(root: Path, files: dict[str, str]) -> None:

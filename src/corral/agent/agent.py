@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -26,6 +27,7 @@ from corral.agent.checkpoints import last_checkpoint
 from corral.agent.enter import entered
 from corral.agent.exec import ExecSession, Sessions, spawn
 from corral.agent.identity import (
+    SAFE_PATH,
     Identity,
     default_workloads_dir,
     identity_of,
@@ -38,6 +40,7 @@ from corral.agent.identity import (
 from corral.agent.launch import FENCE_REASON
 from corral.agent.leftovers import remove_leftovers
 from corral.agent.ports import allocate, port_variables
+from corral.agent.prepare import Failed, Fetch, Preparations, Ready, brings
 from corral.agent.process import TaskProcess
 from corral.agent.strays import Stray, find_strays
 from corral.agent.strays import stop as stop_stray
@@ -67,6 +70,8 @@ class _Task:
     ports: dict[str, int] = field(default_factory=dict)
     # Its cgroup (None: limits are off); it has gone once this is empty.
     cgroup: TaskCgroup | None = None
+    # What it brings, made ready (corral.agent.prepare); None when it brings nothing.
+    ready: Ready | None = None
 
 
 class Agent:
@@ -123,6 +128,25 @@ class Agent:
         # though another thread's tick took them.
         self._removing = threading.Lock()
         self._deleted: OrderedDict[str, None] = OrderedDict()
+        # The server's code snapshots, for a transport whose reports cannot answer (Ray's
+        # sends them with its launches); else the reports' `code`.
+        self.code_source: Fetch | None = None
+        self.preparations = Preparations(data_dir, self._code_source, self._preparing)
+
+    def _code_source(self) -> Fetch | None:
+        if self.code_source is not None:
+            return self.code_source
+        return getattr(self.reports, "code", None)
+
+    def _preparing(self, launch: TaskLaunch, what: str) -> None:
+        """Tell the server how far a task's preparation is (from a preparing thread)."""
+        reports = self.reports
+        if reports is None:
+            return
+        try:
+            reports.task_preparing(self.node, launch.workload, launch.task, what)
+        except Exception:
+            log.exception("reporting the preparation of %s/%s failed", *launch.key)
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -177,6 +201,7 @@ class Agent:
             pid, proc_start, self.exit_path(launch.directory, launch.task)
         )
         task.cgroup = self.walls.cgroup(launch)
+        task.ready = self.preparations.existing(launch)
         if launch.max_runtime is not None:
             # Counted from when the process started, not from the adoption.
             task.deadline = task.process.started_at + launch.max_runtime
@@ -351,6 +376,14 @@ class Agent:
             return None, task.failure, None
         process = task.process
         if process is None:
+            if task.stop_reason is None and task.ready is None and brings(task.launch):
+                # Prepared before its devices are free: it starts as soon as both are.
+                prepared = self._prepared(task.launch)
+                if prepared is None:
+                    return None
+                if isinstance(prepared, str):
+                    return None, prepared, None
+                task.ready = prepared
             shares = _shares(task.launch)
             free = all(busy.get(d, 0.0) + s <= 1.0 + 1e-9 for d, s in shares)
             if task.stop_reason is None and free:
@@ -456,6 +489,15 @@ class Agent:
                 if task.process is not None
             ]
 
+    def _prepared(self, launch: TaskLaunch) -> Ready | str | None:
+        """What the task brings, once ready; why not, when it cannot be; None meanwhile."""
+        try:
+            identity = self._identity(launch)
+        except LookupError as error:
+            return f"cannot run as its submitter: {error}"
+        state = self.preparations.poll(launch, identity)
+        return state.reason if isinstance(state, Failed) else state
+
     def _spawn(self, task: _Task) -> str | None:
         """Start the task's process; why not, when it cannot start at all."""
         launch = task.launch
@@ -470,7 +512,7 @@ class Agent:
             return f"cannot run as its submitter: {error}"
         try:
             folder = workload_directory(self.workloads_dir, launch.directory, identity)
-            variables = dict(launch.env)
+            variables = brought(launch.env, task.ready)
             variables["CORRAL_CHECKPOINT_DIR"] = str(folder / "checkpoints")
             variables["CORRAL_TELEMETRY_FILE"] = str(
                 self.telemetry_path(launch.directory, launch.task)
@@ -485,8 +527,7 @@ class Agent:
             task.process = self.spawn_process(
                 list(launch.command),
                 task_environment(variables, identity),
-                # A relative working directory is taken from the workload's own.
-                str(folder / launch.workdir) if launch.workdir else str(folder),
+                working_directory(launch, folder, task.ready),
                 self.log_path(launch.directory, launch.task),
                 self.exit_path(launch.directory, launch.task),
                 user=identity.name if self.run_as_submitter else None,
@@ -553,10 +594,10 @@ class Agent:
             if found is None or found.process is None or found.stop_reason is not None:
                 raise LookupError(f"task {task} of {workload} is not running on {self.node}")
             launch, ports = found.launch, dict(found.ports)
-            process, cgroup = found.process, found.cgroup
+            process, cgroup, ready = found.process, found.cgroup, found.ready
         identity = self._identity(launch)
         folder = workload_directory(self.workloads_dir, launch.directory, identity)
-        variables = dict(launch.env)
+        variables = brought(launch.env, ready)
         variables["CORRAL_CHECKPOINT_DIR"] = str(folder / "checkpoints")
         if ports:
             variables.update(port_variables(launch.workload, self.address, ports))
@@ -566,7 +607,7 @@ class Agent:
                     workload,
                     command,
                     task_environment(variables, identity),
-                    str(folder / launch.workdir) if launch.workdir else str(folder),
+                    working_directory(launch, folder, ready),
                     identity if self.run_as_submitter else None,
                     tty,
                     inside,
@@ -585,7 +626,24 @@ class Agent:
             self._thread.join(timeout=5)
         if self.sampler is not None:
             self.sampler.close()
+        self.preparations.close()
         self.walls.close()
+
+
+def brought(env: Mapping[str, str], ready: Ready | None) -> dict[str, str]:
+    """The task's variables with its environment's: VIRTUAL_ENV, and its bin first on PATH."""
+    variables = dict(env)
+    if ready is not None and ready.venv is not None:
+        variables["VIRTUAL_ENV"] = str(ready.venv)
+        variables["PATH"] = f"{ready.venv / 'bin'}:{variables.get('PATH', SAFE_PATH)}"
+    return variables
+
+
+def working_directory(launch: TaskLaunch, folder: Path, ready: Ready | None) -> str:
+    """Where the task starts: a relative `workdir` is taken from its copy of its code when
+    it brings code, else from its workload's own directory (`folder`)."""
+    base = ready.workdir if ready is not None and ready.workdir is not None else folder
+    return str(base / launch.workdir) if launch.workdir else str(base)
 
 
 def _kill(task: _Task) -> None:

@@ -41,13 +41,15 @@ import sysconfig
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 from uv import find_uv_bin
 
 from corral.agent.identity import SAFE_PATH, Identity, identity_of, unreachable_parent
+from corral.model.spec import PythonEnv
+
+__all__ = ["EnvironmentCache", "EnvironmentFailed", "PythonEnv", "environment_key"]
 
 GiB = 1024**3
 MARKER = ".corral-environment"
@@ -77,40 +79,28 @@ class EnvironmentFailed(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
-class PythonEnv:
-    """What a workload asks for: `files` as (name, text) pairs, exactly one of
-    requirements.txt, pyproject.toml, or pyproject.toml with uv.lock; the Python `version`
-    ("3.11"), None for the node's default; and the workload's own index options, which
-    must be http(s) URLs (see check_python_env)."""
-
-    files: tuple[tuple[str, str], ...]
-    version: str | None = None
-    index_url: str | None = None
-    find_links: tuple[str, ...] = ()
-
-    def key(
-        self,
-        platform: str,
-        *,
-        node_index_url: str | None = None,
-        node_find_links: tuple[str, ...] = (),
-    ) -> str:
-        """The sha256 (hex) of a canonical encoding of everything that decides what gets
-        built: the files (in any order), version, index options, the node's `platform`
-        and the node's own index options."""
-        document = {
-            "format": 1,
-            "files": sorted([name, text] for name, text in self.files),
-            "version": self.version,
-            "index_url": self.index_url,
-            "find_links": list(self.find_links),
-            "platform": platform,
-            "node_index_url": node_index_url,
-            "node_find_links": list(node_find_links),
-        }
-        encoded = json.dumps(document, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(encoded.encode()).hexdigest()
+def environment_key(
+    env: PythonEnv,
+    platform: str,
+    *,
+    node_index_url: str | None = None,
+    node_find_links: tuple[str, ...] = (),
+) -> str:
+    """The sha256 (hex) of a canonical encoding of everything that decides what gets
+    built: `env`'s files (in any order), version and index options, the node's `platform`
+    and the node's own index options."""
+    document = {
+        "format": 1,
+        "files": sorted([name, text] for name, text in env.files),
+        "version": env.version,
+        "index_url": env.index_url,
+        "find_links": list(env.find_links),
+        "platform": platform,
+        "node_index_url": node_index_url,
+        "node_find_links": list(node_find_links),
+    }
+    encoded = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(encoded.encode()).hexdigest()
 
 
 def check_python_env(env: PythonEnv) -> None:
@@ -194,9 +184,15 @@ class EnvironmentCache:
 
     def key_of(self, env: PythonEnv) -> str:
         """`env`'s key on this node (its directory's name)."""
-        return env.key(
-            self.platform, node_index_url=self.index_url, node_find_links=self.find_links
+        return environment_key(
+            env, self.platform, node_index_url=self.index_url, node_find_links=self.find_links
         )
+
+    def built(self, env: PythonEnv) -> Path | None:
+        """The virtual environment for `env` when it is built already (a task adopted
+        after a restart runs in it), else None; builds nothing."""
+        path = self._envs / self.key_of(env)
+        return path if (path / MARKER).is_file() else None
 
     def ensure(self, env: PythonEnv, progress: Callable[[str], None] = lambda _: None) -> Path:
         """The virtual environment for `env` (its bin/python runs it), built now unless it
@@ -485,6 +481,8 @@ class _Build:
         """A file the builder may read, written by the agent into the builder's directory
         without following anything the builder could have put at that name."""
         fd = os.open(self.dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        # Readable whatever the agent's umask (corral up's is 077).
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
 

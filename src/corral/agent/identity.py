@@ -143,6 +143,18 @@ def unreachable_parent(path: Path) -> Path | None:
     return None
 
 
+def workdirs_root(data_dir: Path) -> Path:
+    """Where tasks' copies of their code go (corral.agent.prepare): beside the data
+    directory, as the workloads directory is, and on the node's own disk."""
+    return data_dir.with_name(f"{data_dir.name}-workdirs")
+
+
+def environments_root(data_dir: Path) -> Path:
+    """Where the node's Python environments go (corral.agent.environments): beside the
+    data directory, where every task account may reach them."""
+    return data_dir.with_name(f"{data_dir.name}-envs")
+
+
 def default_workloads_dir(data_dir: Path) -> Path:
     """Beside the data directory, never inside it: DATA_DIR-workloads. The data directory
     is 0700, so a task could not reach a directory in it, and a task's paths must not lead

@@ -1,7 +1,8 @@
-"""What a deleted workload left on a node: its logs, its run files (exit codes, telemetry)
-and its own directory (checkpoints among them), all named after its directories' name
-(NAME.ID: corral.model.spec.directory_name). Removed once none of its tasks runs there, so
-that a task in its grace period may still write its last checkpoint and exit code."""
+"""What a deleted workload left on a node: its logs, its run files (exit codes, telemetry),
+its own directory (checkpoints among them) and its tasks' copies of their code, all named
+after its directories' name (NAME.ID: corral.model.spec.directory_name). Removed once none
+of its tasks runs there, so that a task in its grace period may still write its last
+checkpoint and exit code."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from corral.agent.identity import workdirs_root
 from corral.model.spec import is_directory_name
 
 log = logging.getLogger("corral.agent")
@@ -26,6 +28,7 @@ def remove_leftovers(data_dir: Path, workloads_dir: Path, directory: str) -> Non
         data_dir / "logs" / directory,
         data_dir / "run" / directory,
         workloads_dir / directory,
+        workdirs_root(data_dir) / directory,
     ):
         try:
             shutil.rmtree(path)

@@ -8,7 +8,7 @@ the account could have planted at or under the copy's place.
 
 Unpacking happens once per node however many tasks (threads or processes) ask at once:
 a file lock per digest makes the later callers wait for the first and reuse its tree.
-The bytes are verified against their digest and checked (`corral.sdk.snapshot.check`)
+The bytes are verified against their digest and checked (`corral.spec.snapshots.check`)
 before tarfile's "data" filter extracts them into a scratch directory, which is renamed
 into place with its record only when whole: a crash leaves scratch, never a tree that
 looks done. The record's time is the tree's last use, by which `prune` removes the
@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from corral.agent.planted import own_directory
-from corral.sdk.snapshot import check
+from corral.spec.snapshots import check
 
 DEFAULT_CACHE_CAP = 10 * 1024**3
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")

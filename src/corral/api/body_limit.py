@@ -1,8 +1,12 @@
 """The cap on request bodies: 1 MiB, declared or streamed, refused before the app reads it;
 and, since the body is read here, a JSON body with a NUL or a lone surrogate in a string
-is refused too (corral.api.nul)."""
+is refused too (corral.api.nul). The one body that is not JSON, an upload of a code
+snapshot, is passed on as it comes: its handler streams it to disk under a cap of its own
+(corral.control.snapshots)."""
 
 from __future__ import annotations
+
+import re
 
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -10,6 +14,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from corral.api.nul import body_problem
 
 MAX_BODY = 1 << 20
+# PUT /api/v1/projects/PROJECT/code/DIGEST (corral.api.routers.code).
+STREAMED = re.compile(r"^/api/v1/projects/[^/]+/code/[^/]+$")
 
 
 class BodyLimit:
@@ -21,7 +27,9 @@ class BodyLimit:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (
+            scope["method"] == "PUT" and STREAMED.match(scope["path"]) is not None
+        ):
             await self.app(scope, receive, send)
             return
         for key, value in scope.get("headers", []):

@@ -23,7 +23,7 @@ from corral.store.history import HistoryRecord
 # Fields of a submission that stay as they were submitted.
 FIXED = (
     "name", "project", "tasks", "min_available", "topology", "command", "env", "secrets",
-    "workdir", "array", "after", "kill_on_invalid_dep",
+    "workdir", "array", "after", "kill_on_invalid_dep", "code", "python", "image",
 )  # fmt: skip
 
 
@@ -96,6 +96,9 @@ class WorkloadPatch(Body):
     array: Any = None
     after: Any = None
     kill_on_invalid_dep: Any = None
+    code: Any = None
+    python: Any = None
+    image: Any = None
 
     @field_validator(*FIXED, mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from corral.api.schemas.workloads import WorkloadOut
 from corral.control.explain import weight_reason
 from corral.model import Decisions, Queue
 from corral.model.durations import lost_work_phrase
-from corral.model.spec import KEY_SEPARATOR, short_name
+from corral.model.spec import KEY_SEPARATOR, PythonEnv, short_name
 from corral.model.usage import DecaySetting
 from corral.store import NodeRecord, QueueRecord, Store, WorkloadRecord
 from corral.store.rules import RuleSet
@@ -122,6 +122,9 @@ def workload_fields(record: WorkloadRecord) -> dict[str, Any]:
         "env": dict(spec.env),
         "secrets": dict(spec.secrets),
         "workdir": spec.workdir,
+        "code": spec.code,
+        "python": _python(spec.python),
+        "image": spec.image,
         "max_runtime": _seconds(spec.max_runtime),
         "backoff_limit": spec.backoff_limit,
         "grace_period": float(spec.grace_period),
@@ -211,6 +214,18 @@ def within(key: str, project: str) -> str:
     """A workload's key as seen from `project`: its name when it is of that project,
     PROJECT/NAME when of another."""
     return short_name(key) if key.startswith(f"{project}{KEY_SEPARATOR}") else key
+
+
+def _python(python: PythonEnv | None) -> dict[str, Any] | None:
+    # The files' names only: their text can be long, and the submitter has it.
+    if python is None:
+        return None
+    return {
+        "files": [name for name, _ in python.files],
+        "version": python.version,
+        "index_url": python.index_url,
+        "find_links": list(python.find_links),
+    }
 
 
 def _seconds(value: float | None) -> float | None:

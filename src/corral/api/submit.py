@@ -54,6 +54,24 @@ def replayed(store: Store, replay: Replayed) -> list[WorkloadRecord]:
     return store.replayed(replay)
 
 
+def require_code(control: ControlPlane, specs: Sequence[WorkloadSpec], batch: bool = False) -> None:
+    """422 naming `code` unless the snapshot each workload names is its project's (a
+    digest of another project's tree is as unknown as one of no tree)."""
+    for index, spec in enumerate(specs):
+        if spec.code is None:
+            continue
+        at: tuple[str | int, ...] = ("workloads", index) if batch else ()
+        if control.code is None:
+            raise Invalid("code", "this server keeps no code snapshots", at=at)
+        if not control.code.has(spec.project, spec.code):
+            raise Invalid(
+                "code",
+                f"project {spec.project} has no code snapshot {spec.code}; upload it first "
+                f"(PUT /api/v1/projects/{spec.project}/code/DIGEST; `corral submit --code` does)",
+                at=at,
+            )
+
+
 def drawn_name(project: str) -> str:
     """A server-made workload name: project-XXXXXX (24 random bits)."""
     return f"{project}-{secrets.token_hex(3)}"
@@ -110,6 +128,7 @@ async def submit_one(
     may_submit(current, body.project)
     require_account(control.cluster, current)
     spec = body.to_spec(body.name or body.project, current.name)
+    require_code(control, [spec])
     require_runnable(control.cluster, current, [spec])
     if not control.admission.accepts(spec):
         await run_in_threadpool(control.admission.check, spec)
@@ -170,6 +189,7 @@ def submit_several(
     require_account(control.cluster, current)
     # Each item made a spec once; a name the server draws is drawn afresh for each attempt.
     made = [item.to_spec(item.name or "-", current.name) for item in body.workloads]
+    require_code(control, made, batch=True)
     require_runnable(control.cluster, current, made, batch=True)
     if any(spec.after for spec in made):
         made = resolve_after(store, current, made)

@@ -27,6 +27,7 @@ from corral.cli.common import (
 from corral.cli.config import connect
 from corral.cli.environment import exported, secrets_left_out
 from corral.cli.lifecycle import lifecycle_fields, submitted_text
+from corral.cli.travel import bring_code, read_python_field, travel_fields
 from corral.model import PRIORITY_CLASSES, resolve_priority
 from corral.scenario.yamlio import BoundedLoader, YamlLimitError, read_text
 from corral.sdk import ApiError, Client
@@ -160,6 +161,46 @@ def submit_command(
     workdir: Annotated[
         str | None,
         typer.Option("--workdir", metavar="DIR", help="The directory to run in, on the node."),
+    ] = None,
+    code: Annotated[
+        str | None,
+        typer.Option(
+            "--code",
+            metavar="DIR",
+            help="Bring this directory's files (less .gitignore's and .corralignore's): "
+            "each task starts in its own copy of them, on whichever node it lands.",
+        ),
+    ] = None,
+    requirements: Annotated[
+        str | None,
+        typer.Option(
+            "--requirements",
+            metavar="FILE",
+            help="A Python environment the node builds with uv (once per node for all "
+            "who ask the same): requirements.txt, or a pyproject.toml / uv.lock.",
+        ),
+    ] = None,
+    python: Annotated[
+        str | None,
+        typer.Option("--python", metavar="VERSION", help="Its Python version, e.g. 3.11."),
+    ] = None,
+    index_url: Annotated[
+        str | None,
+        typer.Option("--index-url", metavar="URL", help="The package index to install from."),
+    ] = None,
+    find_links: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--find-links", metavar="URL", help="A page of links to packages. Repeatable."
+        ),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image",
+            metavar="IMAGE",
+            help="Run its tasks in this OCI image (podman), as your own uid inside.",
+        ),
     ] = None,
     max_runtime: Annotated[
         str | None,
@@ -343,6 +384,7 @@ def submit_command(
             body["ports"] = [{"name": name} for name in port_names(port)]
         if task_group is not None:
             task["name"] = task_group
+        body.update(travel_fields(code, requirements, python, index_url, find_links, image))
         body.update(submit_time_fields(body, export, workdir, grace_period, backoff_limit))
         given = {*body.get("env", {}), *body.get("secrets", {})}
         left_out = [n for n in secrets_left_out(export, os.environ) if n not in given]
@@ -352,6 +394,7 @@ def submit_command(
             return
         with connect() as client:
             body["project"] = project or own_project(client, "-p/--project")
+            bring_code(client, body)
             workload = client.submit(body)
     _submitted(workload)
     _note_left_out(left_out)
@@ -379,8 +422,14 @@ def submit_time_fields(
 ) -> dict[str, Any]:
     """The fields that come from the submitting shell, as with sbatch: its variables
     (--export, see corral.cli.environment) and its working directory (unless --workdir
-    gives one; "." is the workload's own directory), and the stop and retry settings."""
-    fields: dict[str, Any] = {"workdir": workdir if workdir is not None else os.getcwd()}
+    gives one, or --code brings the directory it starts in; "." is the workload's own
+    directory), and the stop and retry settings."""
+    fields: dict[str, Any] = {}
+    if workdir is not None:
+        fields["workdir"] = workdir
+    elif "code" not in body:
+        # With its code, a task starts in its copy of it.
+        fields["workdir"] = os.getcwd()
     if grace_period is not None:
         parse_duration_option("--grace-period", grace_period)
         fields["grace_period"] = grace_period
@@ -466,7 +515,14 @@ def apply_command(
             default = project
             if default is None and any("project" not in doc for doc in documents):
                 default = own_project(client, "-p/--project")
-            bodies = [{"project": default, **_secrets_listed(doc)} for doc in documents]
+            bodies = [
+                read_python_field(_where(file, number, doc, len(documents)), _secrets_listed(doc))
+                for number, doc in enumerate(documents, start=1)
+            ]
+            for number, body in enumerate(bodies, start=1):
+                body.setdefault("project", default)
+                where = _where(file, number, body, len(bodies))
+                bring_code(client, body, f"{where}: code")
             try:
                 if len(bodies) == 1:
                     workloads = [client.submit(bodies[0])]

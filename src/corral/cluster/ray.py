@@ -27,7 +27,7 @@ import os
 import re
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,9 @@ AGENT_CONCURRENCY = 4
 SESSION_TIMEOUT = 15.0
 # An agent that has not answered for this many seconds is said to be late in the log.
 LATE = 3.0
+# Code snapshots kept in the object store for the launches that bring them (each up to
+# the server's cap of 128 MiB; a snapshot dropped is put again by its next launch).
+CODE_REFS = 8
 
 
 def connect(address: str, timeout: float = 30.0) -> None:
@@ -217,6 +220,8 @@ class RayCluster:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._discovered = -float("inf")
+        # Code snapshots in the object store, by "PROJECT DIGEST", the newest last.
+        self._code_refs: OrderedDict[str, Any] = OrderedDict()
         # Nodes whose outdated agent was killed, until its name is free again.
         self._replacing: set[str] = set()
 
@@ -249,7 +254,35 @@ class RayCluster:
                     continue
                 for launch in group:
                     self._latest[launch.key] = (node, launch.attempt)
-                agent.handle.start.remote(group)
+                brought = self._snapshots(group) if agent.protocol >= 6 else {}
+                if brought:
+                    agent.handle.start.remote(group, brought)
+                else:
+                    agent.handle.start.remote(group)
+
+    def _snapshots(self, launches: list[TaskLaunch]) -> dict[str, Any]:
+        """Object refs of the code snapshots `launches` bring, by "PROJECT DIGEST": each
+        put into the object store once while its ref is kept here (the newest few), and
+        read from it only by a node that has not unpacked it. A snapshot the server cannot
+        give is left out: the agent says so as the task's end."""
+        refs: dict[str, Any] = {}
+        for launch in launches:
+            if launch.code is None or self.reports is None:
+                continue
+            key = f"{launch.project} {launch.code}"
+            ref = self._code_refs.get(key)
+            if ref is None:
+                try:
+                    ref = ray.put(self.reports.code(launch.project, launch.code))
+                except LookupError as error:
+                    log.warning("a launch of %s brings no code: %s", launch.workload, error)
+                    continue
+                self._code_refs[key] = ref
+                while len(self._code_refs) > CODE_REFS:
+                    self._code_refs.popitem(last=False)
+            self._code_refs.move_to_end(key)
+            refs[key] = ref
+        return refs
 
     def stop(self, stops: list[TaskStop]) -> None:
         by_node: dict[str, list[TaskStop]] = defaultdict(list)
@@ -604,6 +637,8 @@ class RayCluster:
             reports.task_started(agent.name, workload, task, item[4], item[5])
         elif kind == "ports":
             reports.task_ports(agent.name, workload, task, item[4])
+        elif kind == "preparing":
+            reports.task_preparing(agent.name, workload, task, item[4])
         else:
             # Agents of older corrals send no launch (before launches were numbered), no
             # cause or no directory.

@@ -52,7 +52,11 @@ from corral.model.telemetry import Sample
 log = logging.getLogger("corral.agent")
 
 # What this agent understands (see `hello`).
-PROTOCOL = 5
+PROTOCOL = 6
+# Snapshot refs an agent keeps (each is small; the bytes stay in the object store), and
+# how long it waits for one's bytes.
+SNAPSHOT_REFS = 64
+SNAPSHOT_TIMEOUT = 300.0
 # How often the watchdog asks the cluster whether this node is still part of it.
 WATCH_EVERY = 1.0
 
@@ -103,6 +107,16 @@ class _Buffer:
         with self.lock:
             attempt = self.attempts.get((workload, task), -1)
             self.items.append(("ports", workload, task, attempt, dict(ports)))
+
+    def task_preparing(self, node: str, workload: str, task: int, what: str) -> None:
+        with self.lock:
+            attempt = self.attempts.get((workload, task), -1)
+            self.items.append(("preparing", workload, task, attempt, what))
+            self.added.notify_all()
+
+    def code(self, project: str, digest: str) -> bytes:
+        """Never asked: the agent takes snapshots from the refs its launches bring."""
+        raise LookupError(f"the code snapshot {digest} of {project} came with no launch")
 
     def heartbeat(self, node: str) -> None:
         """Nothing to do: the server's drain is the heartbeat."""
@@ -193,9 +207,12 @@ class NodeAgent:
         self.agent.lease = self.lease
         self.agent.fence_timeout = settings.fence_timeout
         self.agent.walls.servers(settings.server_addresses)
-        self.agent.start_thread()
         # The actor is threaded (see corral.cluster.ray): this guards what follows.
         self._lock = threading.Lock()
+        # Refs of the code snapshots launches brought, newest last (see `start`).
+        self._snapshots: dict[str, Any] = {}
+        self.agent.code_source = self._snapshot
+        self.agent.start_thread()
         # Log shipping: how far the server stored each task's log, by the name of its
         # workload's directories and its number.
         self._outbox = Outbox(self.data_dir / "log-offsets.json", self.agent.log_path)
@@ -275,13 +292,21 @@ class NodeAgent:
             # log chunks and task ends carry, and `forget`. An agent started by an older
             # corral (detached actors outlive it) says less, and is replaced once it runs
             # no task. 5: the server's addresses in its settings, let through the walls
-            # of task ports.
+            # of task ports. 6: launches that bring code (`start`'s snapshots) and say how
+            # far their preparation is ("preparing" reports).
             "protocol": PROTOCOL,
         }
 
-    def start(self, launches: list[TaskLaunch]) -> None:
-        """Start (or adopt) tasks, as the local agent does."""
+    def start(self, launches: list[TaskLaunch], snapshots: dict[str, Any] | None = None) -> None:
+        """Start (or adopt) tasks, as the local agent does. `snapshots`: the object refs of
+        the code snapshots they bring, by project and digest ("PROJECT DIGEST"), fetched
+        from the driver's object store only by a node that has not unpacked them yet."""
         self._renew()
+        if snapshots:
+            with self._lock:
+                self._snapshots.update(snapshots)
+                while len(self._snapshots) > SNAPSHOT_REFS:
+                    self._snapshots.pop(next(iter(self._snapshots)))
         running = self.agent.running()
         fresh = []
         for launch in launches:
@@ -301,6 +326,19 @@ class NodeAgent:
             with self._lock:
                 self._outbox.watch((launch.directory, launch.task))
         self.agent.start(fresh)
+
+    def _snapshot(self, project: str, digest: str) -> bytes:
+        """A code snapshot's bytes, from the ref its launch brought."""
+        with self._lock:
+            ref = self._snapshots.get(f"{project} {digest}")
+        if ref is None:
+            raise LookupError(f"no launch brought the code snapshot {digest} of {project}")
+        import ray  # in the actor's process, where Ray runs already
+
+        data = ray.get(ref, timeout=SNAPSHOT_TIMEOUT)
+        if not isinstance(data, bytes):
+            raise LookupError(f"the code snapshot {digest} of {project} came as no bytes")
+        return data
 
     def stop(self, stops: list[TaskStop]) -> None:
         """Stop tasks: SIGTERM, the grace period, SIGKILL."""

@@ -20,8 +20,9 @@ from corral.store.records import UserRecord
 
 # What to do about a command the task's account cannot execute.
 PREFLIGHT_FIX = (
-    "install it where that account can read it (a virtualenv outside a private home "
-    "directory, say), or give the account access to it"
+    "let the node build its environment (--requirements FILE) and bring the code "
+    "(--code DIR), install it where that account can read it (a virtualenv outside a "
+    "private home directory, say), or give the account access to it"
 )
 
 
@@ -74,6 +75,10 @@ def require_runnable(
     for index, spec in enumerate(specs):
         if "PATH" in spec.secrets:
             continue  # its PATH is a secret's value, not known here
+        if spec.python is not None or spec.image is not None or spec.code is not None:
+            # Its interpreter is in the environment or the image its node makes, and its
+            # working directory in the copy of its code: none is on this machine yet.
+            continue
         refusal = cannot_start(
             spec.command, task_environment(spec.env, identity), spec.workdir, identity
         )

@@ -22,6 +22,7 @@ from pathlib import Path
 from corral.cluster import Cluster
 from corral.control.accounts import unix_users
 from corral.control.reports import ReportWriter
+from corral.control.snapshots import CodeStore
 from corral.messages import TaskLaunch, TaskStop
 from corral.model import DEFAULT_GRACE_PERIOD
 from corral.model.spec import NodeSpec, short_name
@@ -31,6 +32,9 @@ from corral.store import NotFound, Store
 from corral.store.records import BoundWork, NodeState, Release
 from corral.store.reports import Beat, Checkpointed, Ended, Outcome, Started
 from corral.store.telemetry import record_samples
+
+# The longest note of a task's preparation kept (what an agent says is not trusted).
+PREPARING_MAX = 200
 
 log = logging.getLogger("corral.dispatch")
 
@@ -126,6 +130,9 @@ def launches(
                 directory=work.workload.directory,
                 cpu=group.cpu,
                 memory=group.memory,
+                code=spec.code,
+                python=spec.python,
+                image=spec.image,
             )
         )
     return result
@@ -146,6 +153,8 @@ class Dispatcher:
         self.store = store
         self.cluster = cluster
         self.data_dir = data_dir
+        # The projects' code snapshots, which agents ask for (`code`).
+        self.code_store = CodeStore(data_dir / "code")
         self.wake_scheduler = wake_scheduler
         self.node_timeout = node_timeout
         self.reconcile_interval = reconcile_interval
@@ -251,6 +260,14 @@ class Dispatcher:
 
     def task_ports(self, node: str, workload: str, task: int, ports: Mapping[str, int]) -> None:
         self.store.task_ports(workload, task, ports, node)
+
+    def code(self, project: str, digest: str) -> bytes:
+        return self.code_store.read(project, digest)
+
+    def task_preparing(self, node: str, workload: str, task: int, what: str) -> None:
+        # What the transport carried is checked here: a line of text, kept short.
+        if isinstance(what, str) and what:
+            self.store.task_preparing(workload, task, node, what.splitlines()[0][:PREPARING_MAX])
 
     def task_ended(
         self,

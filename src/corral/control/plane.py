@@ -14,6 +14,7 @@ from corral.control.admission import Admission
 from corral.control.dispatch import Dispatcher
 from corral.control.scheduler import SchedulerLoop
 from corral.control.scheduler_process import SchedulerProcess
+from corral.control.snapshots import CodeStore
 from corral.control.submissions import Submissions
 from corral.control.upkeep import Upkeep
 from corral.control.watch import Changes
@@ -42,6 +43,8 @@ class ControlPlane:
     ) -> None:
         self.cluster = cluster
         self.data_dir = data_dir
+        # Projects' code snapshots, kept beside the logs (none without a data directory).
+        self.code = CodeStore(data_dir / "code") if data_dir is not None else None
         self.run_scheduler = run_scheduler
         # In a process of its own, the scheduler takes no time from the API's
         # interpreter (corral.control.scheduler_process).

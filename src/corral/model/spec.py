@@ -30,6 +30,25 @@ class PortSpec:
 MAIN_PORT = "main"
 
 
+# A code snapshot is named by its digest: "sha256:" and the hex of its .tar.gz's hash.
+DIGEST_PREFIX = "sha256:"
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+
+@dataclass(frozen=True, slots=True)
+class PythonEnv:
+    """A Python environment a node builds for a workload's tasks with uv, and shares with
+    every workload that asks for the same one: the files that say what to install (by
+    name: `requirements.txt`; or `pyproject.toml`, with `uv.lock` when it has one), the
+    Python version (None: the node's), and where packages come from besides the index the
+    node is configured with."""
+
+    files: tuple[tuple[str, str], ...]
+    version: str | None = None
+    index_url: str | None = None
+    find_links: tuple[str, ...] = ()
+
+
 # A workload is PROJECT/NAME: its name is unique within its project, and the key that
 # names it everywhere inside corral (the store, the engine's decisions, the messages to
 # agents, /w/PROJECT/NAME/ in the proxy) is its project and name with this between them.
@@ -114,6 +133,12 @@ class WorkloadSpec:
     array: ArrayMember | None = None
     # Ports its tasks listen on (a workspace's); empty for most workloads.
     ports: tuple[PortSpec, ...] = ()
+    # What its tasks bring to whichever node they land on (docs/workloads.md): a code
+    # snapshot of its project (its digest), which each task starts in a private copy of; a
+    # Python environment the node builds; an OCI image the task runs in.
+    code: str | None = None
+    python: PythonEnv | None = None
+    image: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

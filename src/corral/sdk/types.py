@@ -231,6 +231,14 @@ class PortOut(TypedDict):
     base_url: bool
 
 
+class PythonOut(TypedDict):
+    # the names of the files that say what to install
+    files: list[str]
+    version: str | None
+    index_url: str | None
+    find_links: list[str]
+
+
 class QueueOut(TypedDict):
     name: str
     parent: str | None
@@ -455,6 +463,10 @@ class WorkloadOut(TypedDict):
     # environment variable -> secret name
     secrets: dict[str, str]
     workdir: str | None
+    # the digest of its code snapshot
+    code: str | None
+    python: PythonOut | None
+    image: str | None
     max_runtime: float | None
     backoff_limit: int
     grace_period: float

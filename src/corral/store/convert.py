@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from corral.model import Node, Placement, PoolQuota, Queue, Resources, TaskGroup, Topology
 from corral.model.arrays import ArrayMember, Dependency
-from corral.model.spec import Device, PortSpec, WorkloadSpec, directory_name
+from corral.model.spec import Device, PortSpec, PythonEnv, WorkloadSpec, directory_name
 from corral.store.database import json_text
 from corral.store.records import LostWork, NodeRecord, QueueRecord, TaskOnNode, WorkloadRecord
 from corral.store.schema import NodeRow, PlacementRow, QueueRow, WorkloadRow
@@ -184,6 +184,9 @@ WORKLOAD_COLUMNS = (
     "backoff_limit",
     "grace_period",
     "ports",
+    "code",
+    "python",
+    "image",
     "status",
     "reason",
     "attempts",
@@ -221,6 +224,9 @@ def workload_values(spec: WorkloadSpec, queue_id: int, at: float) -> tuple[Any, 
         spec.backoff_limit,
         spec.grace_period,
         json_text([{"name": p.name, "base_url": p.base_url} for p in spec.ports]),
+        spec.code,
+        json_text(python_json(spec.python)),
+        spec.image,
         "pending",
         waiting_reason(spec),
         0,
@@ -300,6 +306,33 @@ def spec_of(row: Any, project: str, task_groups: tuple[TaskGroup, ...]) -> Workl
             else None
         ),
         ports=tuple(PortSpec(p["name"], bool(p.get("base_url"))) for p in row.ports or ()),
+        code=row.code,
+        python=python_of(row.python),
+        image=row.image,
+    )
+
+
+def python_json(python: PythonEnv | None) -> dict[str, Any] | None:
+    """A workload's Python environment as its JSON column keeps it."""
+    if python is None:
+        return None
+    return {
+        "files": [list(pair) for pair in python.files],
+        "version": python.version,
+        "index_url": python.index_url,
+        "find_links": list(python.find_links),
+    }
+
+
+def python_of(value: Mapping[str, Any] | None) -> PythonEnv | None:
+    """The Python environment of a workload's JSON column (`python_json`)."""
+    if not value:
+        return None
+    return PythonEnv(
+        files=tuple((str(name), str(text)) for name, text in value.get("files") or ()),
+        version=value.get("version"),
+        index_url=value.get("index_url"),
+        find_links=tuple(value.get("find_links") or ()),
     )
 
 

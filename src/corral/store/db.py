@@ -367,6 +367,11 @@ class Store(AccountsStore):
         with self.write(relevant=False) as session:
             return workspaces.task_ports(session, workload, task, ports, node)
 
+    def task_preparing(self, workload: str, task: int, node: str, what: str) -> bool:
+        """Note what a task's agent prepares before it starts (corral.store.tasks)."""
+        with self.write(relevant=False) as session:
+            return tasks.task_preparing(session, workload, task, node, what)
+
     def workspace_target(self, workload: str, task: int = 0) -> workspaces.Target:
         """Where a workload's task runs, with its ports (corral.store.workspaces)."""
         with self.read() as session:

@@ -146,6 +146,12 @@ class WorkloadRow(Base):
     grace_period: Mapped[float] = mapped_column(Float, default=DEFAULT_GRACE_PERIOD)
     # Declared ports, [{"name": ..., "base_url": bool}]; NULL before 0006_ws.
     ports: Mapped[list[Any] | None] = mapped_column(JSON, default=list)
+    # What it brings to its node (0021_travel; NULL: nothing): the digest of a code
+    # snapshot of its project, the Python environment to build ({"files": [[name, text],
+    # ...], "version", "index_url", "find_links"}) and an OCI image.
+    code: Mapped[str | None] = mapped_column(String(71), nullable=True)
+    python: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    image: Mapped[str | None] = mapped_column(Text, nullable=True)
     # When the proxy last carried traffic to it (idle detection of workspaces).
     active_at: Mapped[float | None] = mapped_column(Float)
     # pending | running | succeeded | failed | suspended | cancelled
@@ -253,6 +259,9 @@ class PlacementRow(Base):
     launch: Mapped[int | None] = mapped_column(Integer)
     # Port name -> number on its node, as the agent reported them (task_ports).
     ports: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # While bound and not started: what its agent prepares for it, as it last said
+    # ("building environment: 7 of 12 packages"); NULL otherwise (0021_travel).
+    preparing: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="placements")
     node: Mapped[NodeRow] = relationship()

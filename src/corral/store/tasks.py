@@ -133,6 +133,23 @@ def placement_in(row: WorkloadRow | None, task: int) -> PlacementRow | None:
     return next((p for p in row.placements if p.task == task), None)
 
 
+def task_preparing(session: Session, workload: str, task: int, node: str, what: str) -> bool:
+    """Note what the agent of `node` prepares before the task starts (its code, its
+    environment, its image): on the placement, and as the workload's reason while none of
+    its tasks runs. False when the task is not bound there waiting to start."""
+    row = bound_rows(session, (workload,)).get(workload)
+    placement = placement_in(row, task)
+    if row is None or placement is None or placement.state != "bound":
+        return False
+    if placement.node.name != node:
+        return False
+    previous = placement.preparing
+    placement.preparing = what
+    if row.reason is None or row.reason == previous:
+        row.reason = what
+    return True
+
+
 def task_started(
     session: Session,
     workload: str,
@@ -151,6 +168,10 @@ def task_started(
     placement.state = "running"
     placement.pid = pid
     placement.proc_start = proc_start
+    if placement.preparing is not None:
+        if row.reason == placement.preparing:
+            row.reason = None
+        placement.preparing = None
     add_workload_event(
         session,
         row,

@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from corral.api.routers import (
     audit,
     cluster,
+    code,
     lifecycle,
     nodes,
     queues,
@@ -23,6 +24,7 @@ from corral.api.routers import (
 ROUTERS: tuple[APIRouter, ...] = (
     queues.router,
     workloads.router,
+    code.router,
     lifecycle.router,
     workspaces.router,
     nodes.router,

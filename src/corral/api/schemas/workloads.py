@@ -32,12 +32,21 @@ from corral.model import (
     resolve_priority,
 )
 from corral.model.arrays import parse_array, parse_dependency
-from corral.model.spec import PortSpec, WorkloadSpec, workload_key
+from corral.model.spec import PortSpec, PythonEnv, WorkloadSpec, workload_key
 from corral.spec.limits import (
     MAX_REPLICAS,
     MAX_TASK_GROUPS,
     gpu_problem,
     tasks_problem,
+)
+from corral.spec.travel import (
+    FIND_LINKS_MAX,
+    URL_MAX,
+    URL_PATTERN,
+    VERSION_PATTERN,
+    code_problem,
+    image_problem,
+    python_files_problem,
 )
 
 
@@ -116,6 +125,51 @@ class PortOut(BaseModel):
     base_url: bool
 
 
+Url = Annotated[str, Field(pattern=URL_PATTERN, max_length=URL_MAX)]
+
+
+class PythonIn(Body):
+    """A Python environment its node builds with uv for the workload's tasks, once per
+    node for every workload that asks for the same one."""
+
+    requirements: dict[str, str] = Field(
+        description="what to install, by file name: requirements.txt; or pyproject.toml, "
+        "with uv.lock when it has one",
+    )
+    version: Annotated[str, Field(pattern=VERSION_PATTERN)] | None = Field(
+        None, description='the Python version, such as "3.11"; default: the node\'s'
+    )
+    index_url: Url | None = Field(None, description="the package index, instead of the node's")
+    find_links: list[Url] = Field(
+        default_factory=list,
+        max_length=FIND_LINKS_MAX,
+        description="pages with links to packages, besides the index",
+    )
+
+    @field_validator("requirements")
+    @classmethod
+    def _files(cls, value: dict[str, str]) -> dict[str, str]:
+        problem = python_files_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    def to_model(self) -> PythonEnv:
+        return PythonEnv(
+            files=tuple(sorted(self.requirements.items())),
+            version=self.version,
+            index_url=self.index_url,
+            find_links=tuple(self.find_links),
+        )
+
+
+class PythonOut(BaseModel):
+    files: list[str] = Field(description="the names of the files that say what to install")
+    version: str | None
+    index_url: str | None
+    find_links: list[str]
+
+
 class WorkloadIn(Body):
     name: Name | None = Field(None, description="generated from the project when left out")
     project: Name
@@ -171,6 +225,35 @@ class WorkloadIn(Body):
         description="cancel it when a dependency can no longer be met (default: it stays "
         "pending with that reason)",
     )
+
+    code: str | None = Field(
+        None,
+        description="the digest of a code snapshot of the project (PUT /v1/projects/PROJECT/"
+        "code/DIGEST): each task starts in a private copy of it, as its working directory "
+        "(a relative workdir is taken from it)",
+    )
+    python: PythonIn | None = Field(
+        None, description="a Python environment for its tasks, built on their node with uv"
+    )
+    image: str | None = Field(
+        None, description="an OCI image its tasks run in (podman, on nodes that can)"
+    )
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, value: str | None) -> str | None:
+        problem = None if value is None else code_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        problem = None if value is None else image_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("array")
     @classmethod
@@ -288,6 +371,9 @@ class WorkloadIn(Body):
             after=tuple(parse_dependency(text) for text in dict.fromkeys(self.after)),
             kill_on_invalid_dep=self.kill_on_invalid_dep,
             ports=tuple(PortSpec(port.name, port.base_url) for port in self.ports),
+            code=self.code,
+            python=self.python.to_model() if self.python is not None else None,
+            image=self.image,
         )
 
 
@@ -375,6 +461,9 @@ class WorkloadOut(BaseModel):
     env: dict[str, str]
     secrets: dict[str, str] = Field(description="environment variable -> secret name")
     workdir: str | None
+    code: str | None = Field(None, description="the digest of its code snapshot")
+    python: PythonOut | None = None
+    image: str | None = None
     max_runtime: float | None
     backoff_limit: int
     grace_period: float

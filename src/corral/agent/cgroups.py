@@ -113,12 +113,16 @@ class TaskCgroup:
         _write(path / "pids.max", limits.pids)
 
     def processes(self) -> set[int]:
-        """The processes in it now (none when it is gone)."""
-        try:
-            text = (self.dirs["pids"] / "cgroup.procs").read_text()
-        except OSError:
-            return set()
-        return {int(line) for line in text.split() if line.isdigit()}
+        """The processes in it now, and in the cgroups below it (none when it is gone):
+        podman makes a container task's cgroup below the task's (corral.agent.containers)."""
+        found: set[int] = set()
+        for path in _below(self.dirs["pids"]):
+            try:
+                text = (path / "cgroup.procs").read_text()
+            except OSError:
+                continue
+            found.update(int(line) for line in text.split() if line.isdigit())
+        return found
 
     def signal(self, number: int) -> None:
         """Signal every process in it."""
@@ -178,9 +182,10 @@ class TaskCgroup:
         return int(value) if value.isdigit() else None
 
     def remove(self) -> bool:
-        """Remove it; False while a process is still in it."""
+        """Remove it, and the (empty) cgroups below it; False while a process is still in
+        any of them."""
         gone = True
-        for path in self.paths():
+        for path in [below for top in self.paths() for below in reversed(_below(top))]:
             try:
                 path.rmdir()
             except FileNotFoundError:
@@ -281,6 +286,24 @@ def find(key: str, mountinfo: Path = Path("/proc/self/mountinfo")) -> Hierarchy 
     if missing:
         return f"no cgroup controller {', '.join(missing)} (v1) nor a v2 tree with them"
     return Hierarchy.v1(v1, key)
+
+
+def roots(mountinfo: Path = Path("/proc/self/mountinfo")) -> list[Path]:
+    """The root of every cgroup hierarchy mounted here (v1 and v2), each once."""
+    try:
+        mounts = _mounts(mountinfo.read_text())
+    except OSError:
+        return []
+    return list(dict.fromkeys(path for paths in mounts.values() for path in paths))
+
+
+def _below(top: Path) -> list[Path]:
+    """`top` and the directories below it, each before those below it; [top] when it
+    cannot be read (gone already)."""
+    found = [top]
+    for folder, names, _files in os.walk(top):
+        found += [Path(folder) / name for name in sorted(names)]
+    return found
 
 
 def _mounts(text: str) -> dict[str, list[Path]]:

@@ -23,6 +23,19 @@ in a process namespace of its own, below an init that is this launcher's child
 (corral.agent.namespaces); with `--log-cap` the command writes into a pipe that the
 launcher copies into the log, keeping at most that many bytes (corral.agent.logcap).
 Under Ray it also detaches and fences itself (corral.agent.supervise).
+
+A task in a container (`--container PODMAN`, corral.agent.containers): the command is
+`PODMAN ... run ...`, and it keeps the launcher's root, since podman must be rootful to
+run the container's processes as the task's account (its `--user`, with no capability and
+no-new-privileges). So that nothing of the task's reaches a process that keeps root, the
+environment on standard input is the container's, not podman's: the launcher writes it
+into an anonymous file in memory, podman's standard input, which podman reads as its env
+file (`--env-file /dev/stdin`); podman itself runs with an environment of its own that
+holds only a PATH of system directories, in "/". The launcher refuses any command but a
+run of that podman, and `--user` and `--workdir` with it (the account and directory are
+podman's arguments).
+`--namespace pid` is not applied: the container has a process namespace of its own, and
+podman must record the pids the agent's own `podman rm` will act on, the machine's.
 """
 
 from __future__ import annotations
@@ -55,11 +68,12 @@ OPTIONS = {
     "--cgroup",
     "--namespace",
     "--log-cap",
+    "--container",
 }
 USAGE = (
     "usage: python -I -m corral.agent.launch --exit-file FILE [--user NAME] [--workdir DIR]"
     " [--cgroup DIR[:DIR...]] [--namespace pid] [--log-cap BYTES]"
-    " [--detach PIDFILE] [--lease FILE --fence SECONDS]"
+    " [--detach PIDFILE] [--lease FILE --fence SECONDS] [--container PODMAN]"
     " -- COMMAND [ARGS...]  (the command's environment as JSON on standard input)"
 )
 
@@ -105,12 +119,37 @@ def _options(argv: list[str]) -> tuple[dict[str, str], list[str]] | None:
         return None
     if options.get("--namespace", "pid") != "pid":
         return None
+    if "--container" in options and not _runs_podman(options, command):
+        return None
     try:
         float(options.get("--fence", "0"))
         int(options.get("--log-cap", "0"))
     except ValueError:
         return None
     return options, command
+
+
+def _runs_podman(options: dict[str, str], command: list[str]) -> bool:
+    """Whether `command` may keep root as a container task's: a run of the absolute path
+    `--container` names, and nothing of an account's to switch to or enter."""
+    podman = options["--container"]
+    if "--user" in options or "--workdir" in options or not os.path.isabs(podman):
+        return False
+    return command[0] == podman and "run" in command[1:]
+
+
+def _in_container(env: dict[str, str], settings: dict[str, Any]) -> dict[str, str]:
+    """podman's environment and standard input for a container task: a PATH of system
+    directories only, and the container's environment `env` as an env file in memory
+    (ValueError when a value cannot be written in one)."""
+    from corral.agent.containers import PODMAN_PATH, env_file
+
+    given = os.memfd_create("corral-env", os.MFD_CLOEXEC)
+    with open(given, "wb", closefd=False) as handle:
+        handle.write(env_file(env))
+    os.lseek(given, 0, os.SEEK_SET)
+    settings["stdin"] = given
+    return {"PATH": PODMAN_PATH}
 
 
 def _as_account(user: str | None, workdir: str | None) -> dict[str, Any]:
@@ -139,6 +178,7 @@ def _as_account(user: str | None, workdir: str | None) -> dict[str, Any]:
                 raise
 
     settings["preexec_fn"] = prepare
+    settings["stdin"] = subprocess.DEVNULL
     return settings
 
 
@@ -187,7 +227,7 @@ def _start(
     """Start the command (stops are blocked meanwhile: see `_pass_on_stops`)."""
     try:
         # The child gets default signal handling back, so SIGTERM reaches user code.
-        return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, **settings)
+        return subprocess.Popen(command, env=env, **settings)
     except OSError as error:
         code = NOT_FOUND if isinstance(error, FileNotFoundError) else CANNOT_RUN
         raise _fail(exit_file, code, f"cannot start {command[0]!r}: {error.strerror}") from None
@@ -283,6 +323,8 @@ def _run(options: dict[str, str], command: list[str], exit_file: str) -> int:
     try:
         env = _environment(sys.stdin.read())
         settings = _as_account(user, workdir)
+        if "--container" in options:
+            env = _in_container(env, settings)
     except (ValueError, LookupError) as error:
         raise _fail(exit_file, CANNOT_RUN, f"cannot prepare the task: {error}") from None
     output = _pipe(settings, int(options.get("--log-cap", "0")))
@@ -298,7 +340,7 @@ def _run(options: dict[str, str], command: list[str], exit_file: str) -> int:
 
     # Kept until the end: a Popen collected earlier reaps its child as it goes.
     process: subprocess.Popen[bytes] | None = None
-    if options.get("--namespace") == "pid":
+    if options.get("--namespace") == "pid" and "--container" not in options:
         child = _in_namespace(start, exit_file, output[0] if output else None)
     else:
         process = start()

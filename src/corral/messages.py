@@ -139,6 +139,10 @@ class AgentSettings:
     # The addresses the server connects from (its host's): the one place outside a node
     # from where the ports given to its tasks answer (corral.agent.portwall).
     server_addresses: tuple[str, ...] = ()
+    # Where the nodes' Python environments take packages from besides what a workload
+    # gives (corral.agent.prepare.NodeIndex): an index instead of PyPI, and find-links.
+    index_url: str | None = None
+    find_links: tuple[str, ...] = ()
 
 
 class Reports(Protocol):

@@ -11,12 +11,10 @@ import contextlib
 import os
 import platform
 import secrets
-import shutil
 import signal
 import socket
 import struct
 import subprocess
-import tarfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from images import busybox_image, need_podman, podman
 from livecorral import Accounts, open_folder, wait_until
 
 from corral.agent import cgroups, containers, namespaces
@@ -33,26 +32,6 @@ from corral.agent.identity import Identity, identity_of
 from corral.agent.process import TaskProcess
 
 MIB = 1 << 20
-BUSYBOX = Path("/bin/busybox")
-APPLETS = ("sh", "id", "sleep", "echo", "cat", "head", "tail", "sort", "httpd", "touch")
-
-
-def need_podman() -> None:
-    why = None
-    if os.geteuid() != 0:
-        why = "podman runs rootful, which needs root"
-    elif shutil.which("podman", path=containers.PODMAN_PATH) is None:
-        why = "podman is not installed"
-    elif not BUSYBOX.exists():
-        why = "busybox-static is not installed (the test image is made of it)"
-    if why is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI installs podman and busybox-static and runs as root: {why}")
-        pytest.skip(why)
-
-
-def podman(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *argv], capture_output=True, text=True, check=False)
 
 
 def root_check() -> bytes:
@@ -88,31 +67,10 @@ def node() -> Containers:
 def image(node: Containers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An image of busybox, its applets, and `/bin/rootcheck` setuid root."""
     folder = tmp_path_factory.mktemp("image")
-    archive = folder / "rootfs.tar"
-    with tarfile.open(archive, "w") as tar:
-        for name, mode in (("bin", 0o755), ("tmp", 0o1777), ("www", 0o755)):
-            entry = tarfile.TarInfo(name)
-            entry.type, entry.mode = tarfile.DIRTYPE, mode
-            tar.addfile(entry)
-        tar.add(BUSYBOX, arcname="bin/busybox")
-        for applet in APPLETS:
-            link = tarfile.TarInfo(f"bin/{applet}")
-            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(link)
-        program = folder / "rootcheck"
-        program.write_bytes(root_check())
-        entry = tar.gettarinfo(program, arcname="bin/rootcheck")
-        entry.mode, entry.uid, entry.gid = 0o4755, 0, 0
-        with open(program, "rb") as handle:
-            tar.addfile(entry, handle)
-    name = f"localhost/corral-test-{secrets.token_hex(3)}:latest"
-    done = podman("import", "--quiet", str(archive), name)
-    assert done.returncode == 0, done.stderr
-    yield name
-    left = podman("ps", "-a", "--filter", "name=^corral-test-", "--format", "{{.Names}}")
-    for container in left.stdout.split():
-        podman("rm", "--force", "--time", "0", container)
-    podman("rmi", "--force", name)
+    program = folder / "rootcheck"
+    program.write_bytes(root_check())
+    with busybox_image(folder, {"bin/rootcheck": (program, 0o4755)}) as name:
+        yield name
 
 
 @pytest.fixture
@@ -183,7 +141,7 @@ def start(
         name,
         alice,
         str(workdir),
-        [],
+        [str(workdir)],
         {"PATH": "/bin", "GREETING": "hello from  the host"},
         cgroup,
         limits,
@@ -218,7 +176,6 @@ def end(node: Containers, task: Task) -> None:
 def test_probe_says_what_runs_containers(node: Containers) -> None:
     assert node.runtime in containers.RUNTIMES
     assert node.describe().startswith(f"containers: podman {node.version} with {node.runtime}")
-    assert podman("image", "exists", containers.PROBE_IMAGE).returncode == 1  # removed
 
 
 def test_runs_as_the_account_and_setuid_gives_no_root(
@@ -389,7 +346,7 @@ def test_what_cannot_reach_a_container_is_refused(node: Containers, alice: Ident
             "gid": alice.gid,
             "groups": alice.groups,
             "workdir": "/tmp",
-            "mounts": [],
+            "mounts": [("/tmp", "/tmp")],
             "env": {},
             "cgroup_parent": None,
             "memory": None,
@@ -407,6 +364,7 @@ def test_what_cannot_reach_a_container_is_refused(node: Containers, alice: Ident
         {"mounts": [("/data", "/elsewhere")]},
         {"mounts": [("/a,b", "/a,b")]},
         {"workdir": "relative"},
+        {"workdir": "/etc"},
     ):
         with pytest.raises(ValueError):
             command(**bad)

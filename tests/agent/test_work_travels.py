@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from images import busybox_image, need_podman, podman
 from livecorral import CORRAL, Accounts, CorralUp, Servers, open_folder, team_members
 from wheels import make_wheel, served
 
@@ -112,6 +113,10 @@ def test_code_and_environment_reach_the_task(
     account = identity_of(unix_accounts.alice)
     assert f"uid {account.uid}" in log
     assert "tinypkg tinypkg" in log
+    # What the agent did before it started is in the log, each step once.
+    assert "[corral: building environment: 1 of 1 packages]" in log, log
+    assert "[corral: building environment: done]" in log, log
+    assert "[corral: fetching code]" in log, log
     listed = next(line for line in log.splitlines() if line.startswith("files "))
     assert listed == "files ['.corralignore', '.gitignore', 'lib', 'requirements.txt', 'train.py']"
     venv = next(line for line in log.splitlines() if line.startswith("venv "))
@@ -155,3 +160,140 @@ def test_a_failed_build_is_the_workloads_reason(
     assert done["status"] == "failed", done
     assert "its Python environment could not be built" in done["reason"], done
     assert "tinypkg==9.9" in done["reason"], done
+
+
+# A training step loop in busybox's sh: resumes from its checkpoint, and on SIGTERM (a
+# preemption) writes it and exits, as a real job checkpoints in its grace period.
+IMAGE_TRAIN = r"""
+ck="$CORRAL_CHECKPOINT_DIR/step"
+mkdir -p "$CORRAL_CHECKPOINT_DIR"
+step=0
+if [ -f "$ck" ]; then step=$(cat "$ck"); echo "resumed at $step"; fi
+echo "uid $(id -u) gid $(id -g) home $HOME"
+trap 'echo "$step" > "$ck"; echo "checkpointed at $step"; exit 0' TERM
+end=$((step + 30))
+while [ "$step" -lt "$end" ]; do step=$((step + 1)); sleep 0.1; done
+echo "done at $step"
+"""
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    need_podman()
+    with busybox_image(tmp_path_factory.mktemp("image")) as name:
+        yield name
+
+
+def test_a_task_in_an_image_is_preempted_and_resumes_from_its_checkpoint(
+    up: CorralUp, unix_accounts: Accounts, image: str
+) -> None:
+    alice, _ = team_members(up, unix_accounts)
+    account = identity_of(unix_accounts.alice)
+    made = cli(
+        up,
+        alice,
+        *("submit", "-p", "team", "-g", "1", "--image", image, "--grace-period", "10"),
+        *("boxed", "--", "sh", "-c", IMAGE_TRAIN),
+    )
+    assert made.returncode == 0, made.stderr
+    # Placed on the node once its agent found it runs containers (its label).
+    up.wait_status("boxed", "running", timeout=60)
+    up.wait_log("boxed", "uid", timeout=60)
+    log = up.log_text("boxed")
+    assert f"uid {account.uid} gid {account.gid}" in log, log
+    # A build workload of the same project takes the GPU: the training is preempted,
+    # checkpoints in its grace period, and waits.
+    urgent = cli(
+        up,
+        alice,
+        *("submit", "-p", "team", "-g", "1", "--interactive", "urgent"),
+        *("--", "sleep", "2"),
+    )
+    assert urgent.returncode == 0, urgent.stderr
+    up.wait_log("boxed", "checkpointed at", timeout=60)
+    assert up.wait_status("urgent", timeout=60)["status"] == "succeeded"
+    done = up.wait_status("boxed", timeout=120)
+    log = up.log_text("boxed")
+    assert done["status"] == "succeeded", f"{done['reason']}\n{log}"
+    saved = int(log.split("checkpointed at ")[1].split()[0])
+    assert f"resumed at {saved}" in log, log
+    assert f"done at {saved + 30}" in log, log
+    assert done["attempts"] == 2, done
+    # Nothing of it is left in podman.
+    left = podman("ps", "-a", "--filter", "name=^corral-", "--format", "{{.Names}}")
+    assert left.stdout.split() == [], left.stdout
+
+
+def test_an_image_with_an_environment_is_refused_and_one_missing_fails(
+    up: CorralUp, unix_accounts: Accounts, image: str, tree: Path
+) -> None:
+    alice, _ = team_members(up, unix_accounts)
+    both = cli(
+        up,
+        alice,
+        *("submit", "-p", "team", "--image", image),
+        *("--requirements", str(tree / "requirements.txt"), "--", "true"),
+    )
+    assert both.returncode == 2, both.stderr
+    assert "give an image or a Python environment, not both" in both.stderr
+    missing = "localhost/corral-test-missing:latest"
+    made = cli(up, alice, "submit", "-p", "team", "--image", missing, "absent", "--", "true")
+    assert made.returncode == 0, made.stderr
+    done = up.wait_status("absent", timeout=60)
+    assert done["status"] == "failed", done
+    assert "its image cannot run here" in done["reason"], done
+    assert missing in done["reason"], done
+
+
+def test_a_task_in_an_image_outlives_a_restart_of_corral(
+    up: CorralUp, unix_accounts: Accounts, image: str
+) -> None:
+    """kill -9 of `corral up` leaves the container running; the restarted agent adopts it
+    and records how it ended, as for a process."""
+    alice, _ = team_members(up, unix_accounts)
+    script = 'echo started; i=0; while [ "$i" -lt 40 ]; do i=$((i + 1)); sleep 0.1; done; exit 3'
+    made = cli(
+        up, alice, *("submit", "-p", "team", "--image", image, "lasting"), "--", "sh", "-c", script
+    )
+    assert made.returncode == 0, made.stderr
+    up.wait_log("lasting", "started", timeout=60)
+    [(_, launcher)] = up.started_pids("lasting")
+    up.kill9()
+    assert podman("container", "exists", up_container(up)).returncode == 0
+    up.start()
+    done = up.wait_status("lasting", timeout=60)
+    assert (done["status"], done["exit_code"]) == ("failed", 3), done
+    assert up.started_pids("lasting") == [(0, launcher)]  # adopted, not started again
+    assert podman("container", "exists", up_container(up)).returncode == 1
+
+
+def up_container(up: CorralUp) -> str:
+    """The name of the one container corral runs for `up`'s tasks."""
+    found = podman("ps", "-a", "--filter", "name=^corral-", "--format", "{{.Names}}")
+    names = found.stdout.split()
+    return names[0] if names else "corral-none"
+
+
+def test_the_nodes_own_index_serves_a_workload_that_names_none(
+    corral_up: Servers, unix_accounts: Accounts, tree: Path, index: str
+) -> None:
+    """`corral up --index-url` is where the node's environments come from when the
+    workload says nothing (no PyPI here); what uv did is in the task's log."""
+    with open_folder("corral-travel-", 0o755) as folder:
+        up = CorralUp(folder / "corral", 1, args=["--index-url", f"{index}simple/"])
+        corral_up.started.append(up)
+        up.start()
+        alice, _ = team_members(up, unix_accounts)
+        made = cli(
+            up,
+            alice,
+            *("submit", "-p", "team", "--requirements", str(tree / "requirements.txt")),
+            *("plain", "--", "python", "-c", "import tinypkg; print('got', tinypkg.VALUE)"),
+        )
+        assert made.returncode == 0, made.stderr
+        done = up.wait_status("plain", timeout=120)
+        log = up.log_text("plain")
+        assert done["status"] == "succeeded", f"{done['reason']}\n{log}"
+        assert "got tinypkg" in log
+        assert "[corral: building environment" in log, log
+        up.close()

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from corral.agent import reporting
+from corral.agent import cgroups, reporting
 from corral.agent.cgroups import TaskCgroup, cleared
 from corral.agent.checkpoints import last_checkpoint
+from corral.agent.containers import Containers, container_name, probe, remove, task_argv
 from corral.agent.enter import entered
 from corral.agent.exec import ExecSession, Sessions, spawn
 from corral.agent.identity import (
@@ -39,15 +40,16 @@ from corral.agent.identity import (
 )
 from corral.agent.launch import FENCE_REASON
 from corral.agent.leftovers import remove_leftovers
+from corral.agent.logcap import write_note
 from corral.agent.ports import allocate, port_variables
-from corral.agent.prepare import Failed, Fetch, Preparations, Ready, brings
+from corral.agent.prepare import Failed, Fetch, NodeIndex, Preparations, Ready, brings
 from corral.agent.process import TaskProcess
 from corral.agent.strays import Stray, find_strays
 from corral.agent.strays import stop as stop_stray
 from corral.agent.telemetry import Holder, Sampler, interval_from_env
 from corral.agent.walls import WallOptions, Walls, out_of_memory
 from corral.messages import FENCED, STOPPED, Reports, TaskLaunch, TaskStop
-from corral.model.spec import Device
+from corral.model.spec import Device, PythonEnv
 
 log = logging.getLogger("corral.agent")
 
@@ -72,6 +74,8 @@ class _Task:
     cgroup: TaskCgroup | None = None
     # What it brings, made ready (corral.agent.prepare); None when it brings nothing.
     ready: Ready | None = None
+    # The name of its container, when it runs in an image (corral.agent.containers).
+    container: str | None = None
 
 
 class Agent:
@@ -90,6 +94,8 @@ class Agent:
         run_as_submitter: bool | None = None,
         address: str = "127.0.0.1",
         walls: WallOptions | Walls | None = None,
+        containers: Containers | None = None,
+        index: NodeIndex | None = None,
     ) -> None:
         self.node = node
         # Where tasks listen for the server's proxy (the node's address in the store).
@@ -131,7 +137,24 @@ class Agent:
         # The server's code snapshots, for a transport whose reports cannot answer (Ray's
         # sends them with its launches); else the reports' `code`.
         self.code_source: Fetch | None = None
-        self.preparations = Preparations(data_dir, self._code_source, self._preparing)
+        # What runs containers here (None: found at the first task in an image).
+        self._containers = containers
+        self._probing = threading.Lock()
+        self.preparations = Preparations(
+            data_dir, self._code_source, self._preparing, self.containers, self._environments, index
+        )
+
+    def containers(self) -> Containers:
+        """What runs containers on this node (corral.agent.containers.probe), found once."""
+        with self._probing:
+            if self._containers is None:
+                self._containers = probe()
+            return self._containers
+
+    def _environments(self) -> list[PythonEnv]:
+        """The Python environments of the tasks this agent has."""
+        with self._lock:
+            return [t.launch.python for t in self._tasks.values() if t.launch.python is not None]
 
     def _code_source(self) -> Fetch | None:
         if self.code_source is not None:
@@ -139,7 +162,10 @@ class Agent:
         return getattr(self.reports, "code", None)
 
     def _preparing(self, launch: TaskLaunch, what: str) -> None:
-        """Tell the server how far a task's preparation is (from a preparing thread)."""
+        """Tell the server how far a task's preparation is (from a preparing thread), and
+        say it in the task's log, where `corral logs` shows it before the task's output."""
+        with contextlib.suppress(OSError):
+            write_note(self.log_path(launch.directory, launch.task), what)
         reports = self.reports
         if reports is None:
             return
@@ -202,6 +228,8 @@ class Agent:
         )
         task.cgroup = self.walls.cgroup(launch)
         task.ready = self.preparations.existing(launch)
+        if launch.image is not None:
+            task.container = self._container_name(launch)
         if launch.max_runtime is not None:
             # Counted from when the process started, not from the adoption.
             task.deadline = task.process.started_at + launch.max_runtime
@@ -398,6 +426,8 @@ class Agent:
         if outcome is not None:
             # Read before the cgroup goes.
             oom = out_of_memory(task.cgroup) if task.cgroup is not None else None
+            if task.container is not None:
+                self._remove_container(task)
             if not cleared(task.cgroup):
                 return None  # what it left behind dies first
             code, why = outcome
@@ -501,7 +531,7 @@ class Agent:
     def _spawn(self, task: _Task) -> str | None:
         """Start the task's process; why not, when it cannot start at all."""
         launch = task.launch
-        if not launch.command:
+        if not launch.command and launch.image is None:
             return "the workload has no command to run"
         problem = unfit(launch.command, launch.env, launch.workdir)
         if problem is not None:
@@ -524,15 +554,18 @@ class Agent:
             task.cgroup = self.walls.cgroup(launch)
             if task.cgroup is not None:
                 task.cgroup.create(self.walls.limits(launch))
-            task.process = self.spawn_process(
-                list(launch.command),
-                task_environment(variables, identity),
-                working_directory(launch, folder, task.ready),
-                self.log_path(launch.directory, launch.task),
-                self.exit_path(launch.directory, launch.task),
-                user=identity.name if self.run_as_submitter else None,
-                walls=self.walls.launcher_options(task.cgroup),
-            )
+            if launch.image is not None:
+                task.process = self._spawn_container(task, identity, folder, variables)
+            else:
+                task.process = self.spawn_process(
+                    list(launch.command),
+                    task_environment(variables, identity),
+                    working_directory(launch, folder, task.ready),
+                    self.log_path(launch.directory, launch.task),
+                    self.exit_path(launch.directory, launch.task),
+                    user=identity.name if self.run_as_submitter else None,
+                    walls=self.walls.launcher_options(task.cgroup),
+                )
         except Exception as error:
             # Whatever it is (a launcher that cannot start, a value the kernel refuses),
             # it is this task's failure, not the agent's.
@@ -546,6 +579,64 @@ class Agent:
         if launch.max_runtime is not None:
             task.deadline = time.time() + launch.max_runtime
         return None
+
+    def _container_name(self, launch: TaskLaunch) -> str:
+        return container_name(
+            cgroups.agent_key(self.data_dir),
+            cgroups.task_name(launch.directory, launch.task, launch.launch, launch.attempt),
+        )
+
+    def _spawn_container(
+        self, task: _Task, identity: Identity, folder: Path, variables: dict[str, str]
+    ) -> TaskProcess:
+        """Start the task in its image: podman, kept root by the launcher, runs its command
+        as its account, in its cgroup, with its workload's directory and its code's copy
+        mounted at their own paths (corral.agent.containers)."""
+        launch = task.launch
+        assert launch.image is not None
+        found = self.containers()
+        # The image's own PATH and HOME hold, but for a HOME it could write (the image is
+        # read-only): its workload's directory.
+        env = {**variables, "HOME": str(folder), "USER": identity.name, "LOGNAME": identity.name}
+        mounts = [str(folder)]
+        if task.ready is not None and task.ready.workdir is not None:
+            mounts.append(str(task.ready.workdir))
+        devices = [
+            f"nvidia.com/gpu={device.index}"
+            for device in self.walls.devices
+            if device.index in launch.devices and not device.virtual
+        ]
+        task.container = self._container_name(launch)
+        argv, given = task_argv(
+            found,
+            launch.image,
+            launch.command,
+            task.container,
+            identity,
+            working_directory(launch, folder, task.ready),
+            mounts,
+            env,
+            task.cgroup,
+            self.walls.limits(launch),
+            devices,
+        )
+        return self.spawn_process(
+            argv,
+            given,
+            None,
+            self.log_path(launch.directory, launch.task),
+            self.exit_path(launch.directory, launch.task),
+            user=None,
+            walls=(*self.walls.launcher_options(task.cgroup), "--container", found.podman),
+        )
+
+    def _remove_container(self, task: _Task) -> None:
+        """The container of an ended task is gone (podman removes it as it ends, but not
+        when its launcher was killed), and so are the cgroups podman made below its own."""
+        assert task.container is not None
+        failed = remove(self.containers(), task.container, task.cgroup)
+        if failed is not None:
+            log.warning("cannot remove the container %s: %s", task.container, failed)
 
     def _identity(self, launch: TaskLaunch) -> Identity:
         """The account the task runs as: its submitter's on a root agent, else ours."""
@@ -593,6 +684,11 @@ class Agent:
             found = self._tasks.get((workload, task))
             if found is None or found.process is None or found.stop_reason is not None:
                 raise LookupError(f"task {task} of {workload} is not running on {self.node}")
+            if found.container is not None:
+                raise ValueError(
+                    f"task {task} of {workload} runs in an image: exec and shell do not "
+                    "enter containers yet"
+                )
             launch, ports = found.launch, dict(found.ports)
             process, cgroup, ready = found.process, found.cgroup, found.ready
         identity = self._identity(launch)

@@ -52,9 +52,11 @@ starting a real container from a one-file image made on the spot.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import resource
+import secrets
 import shutil
 import subprocess
 import tarfile
@@ -71,8 +73,9 @@ from corral.agent.identity import Identity
 PODMAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Tried in this order; crun refuses a cgroup v1 hierarchy that has v2 beside it (hybrid).
 RUNTIMES = ("runc", "crun")
-# The image a probe imports and removes again.
-PROBE_IMAGE = "localhost/corral-probe:latest"
+# The images probes import and remove again, each its own: two agents of one node may
+# probe at once, and must not remove each other's.
+PROBE_PREFIX = "localhost/corral-probe-"
 # A static program for the probe's image, and its arguments for a run that exits 0: the
 # init podman's `--init` needs is one (static in Debian's catatonit), busybox another.
 PROBE_PROGRAMS = (
@@ -206,18 +209,19 @@ def probe() -> Containers:
     program = next(((p, a) for p, a in PROBE_PROGRAMS if _static(Path(p))), None)
     if program is None:
         return Containers(False, "no static program for a probe's image (catatonit, busybox)")
+    image = f"{PROBE_PREFIX}{secrets.token_hex(6)}:latest"
     with tempfile.TemporaryDirectory(prefix="corral-probe-") as folder:
-        made = _import_probe(podman, Path(folder), Path(program[0]))
+        made = _import_probe(podman, Path(folder), Path(program[0]), image)
         if made is not None:
             return Containers(False, f"podman cannot import an image: {made}")
         try:
-            return _first_that_starts(podman, version.stdout.strip(), runtimes, program[1])
+            return _first_that_starts(podman, version.stdout.strip(), runtimes, program[1], image)
         finally:
-            _podman([podman, "rmi", "--force", PROBE_IMAGE])
+            _podman([podman, "rmi", "--force", image])
 
 
 def _first_that_starts(
-    podman: str, version: str, runtimes: list[str], arguments: Sequence[str]
+    podman: str, version: str, runtimes: list[str], arguments: Sequence[str], image: str
 ) -> Containers:
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="corral-probe-") as workdir:
@@ -227,14 +231,14 @@ def _first_that_starts(
                 found = Containers(True, "", podman, version, runtime, ulimits)
                 argv, env = container_command(
                     found,
-                    image=PROBE_IMAGE,
+                    image=image,
                     command=["/probe", *arguments],
                     name=f"corral-probe-{os.getpid()}",
                     uid=65534,
                     gid=65534,
                     groups=(),
                     workdir=workdir,
-                    mounts=[],
+                    mounts=[(workdir, workdir)],
                     env={"PATH": "/"},
                     cgroup_parent=None,
                     memory=64 << 20,
@@ -299,7 +303,7 @@ def _static(path: Path) -> bool:
     return 3 not in kinds  # PT_INTERP
 
 
-def _import_probe(podman: str, folder: Path, program: Path) -> str | None:
+def _import_probe(podman: str, folder: Path, program: Path, image: str) -> str | None:
     """Import the probe's image (/probe: `program`, and an empty /tmp); why not, or None."""
     archive = folder / "rootfs.tar"
     with tarfile.open(archive, "w") as tar:
@@ -308,7 +312,13 @@ def _import_probe(podman: str, folder: Path, program: Path) -> str | None:
         entry = tarfile.TarInfo("tmp")
         entry.type, entry.mode = tarfile.DIRTYPE, 0o1777
         tar.addfile(entry)
-    done = _podman([podman, "import", "--quiet", str(archive), PROBE_IMAGE])
+        # A content of its own: images of equal content are one image to podman, and a
+        # probe that removes its own would remove another's at the same time.
+        mark = secrets.token_hex(16).encode()
+        entry = tarfile.TarInfo("probe-id")
+        entry.size = len(mark)
+        tar.addfile(entry, io.BytesIO(mark))
+    done = _podman([podman, "import", "--quiet", str(archive), image])
     return None if done.returncode == 0 else _said(done)
 
 
@@ -394,10 +404,15 @@ def container_command(
     cgroup_parent: str | None,
     memory: int | None,
     pids: int | None,
+    devices: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """The `podman run` of `command` (the image's own when empty) in `image`, and the
     environment to hand the launcher, which gives it to the container (see `env_file`).
-    Mounts are (source, destination) pairs, and must be the same path. With
+    Mounts are (source, destination) pairs, and must be the same path; the container
+    starts in `workdir`, which must be in one of them (it is not mounted itself: a path
+    below a mount is resolved inside the container, where a link an account planted leads
+    into the image, never to a host path root could reach and the account could not).
+    `devices` are CDI names of the task's GPUs (nvidia.com/gpu=N). With
     `cgroup_parent` (see `cgroup_parent()`), the container's cgroup is below the task's,
     whose limits hold; without, the container's own cgroup gets `memory` and `pids`.
     ValueError for what cannot run in a container (see the module's docstring)."""
@@ -414,12 +429,17 @@ def container_command(
         if group != gid:
             argv += ["--group-add", str(group)]
     argv += ["--cap-drop", "all", "--security-opt", "no-new-privileges", "--read-only"]
-    argv += ["--workdir", workdir, *_mount(workdir)]
     for source, destination in mounts:
         if source != destination:
             raise ValueError(f"{source!r} must be mounted at the same path, not {destination!r}")
-        if source != workdir:
-            argv += _mount(source)
+        argv += _mount(source)
+    sources = [Path(source) for source, _ in mounts]
+    inside = Path(workdir)
+    if not inside.is_absolute() or not any(inside.is_relative_to(s) for s in sources):
+        raise ValueError(f"{workdir!r} is not in a directory mounted in the container")
+    argv += ["--workdir", workdir]
+    for device in devices:
+        argv += ["--device", device]
     for ulimit in containers.ulimits:
         argv += ["--ulimit", ulimit.option()]
     argv += ["--cgroups", "no-conmon"]
@@ -446,6 +466,7 @@ def task_argv(
     env: Mapping[str, str],
     cgroup: TaskCgroup | None,
     limits: Limits | None,
+    devices: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """For the agent: the argv and environment of a container task, as `container_command`
     gives them, for the account `identity`, the task's cgroup (None: limits are off) and
@@ -466,6 +487,7 @@ def task_argv(
         cgroup_parent=cgroup_parent(cgroup) if cgroup is not None else None,
         memory=limits.memory if limits is not None else None,
         pids=limits.pids if limits is not None else None,
+        devices=devices,
     )
 
 

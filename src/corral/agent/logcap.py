@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from pathlib import Path
 from typing import BinaryIO
 
 # Every task's launcher imports this module: it imports nothing of corral.model.
@@ -28,6 +29,18 @@ FALLOC_FL_PUNCH_HOLE = 0x02
 def marker(dropped: int) -> bytes:
     """The line that stands for `dropped` bytes of output no longer kept."""
     return f"[corral: {dropped} bytes of older output were dropped: the log is capped]\n".encode()
+
+
+def write_note(path: Path, what: str) -> None:
+    """Append corral's own line `[corral: what]` to the log at `path` (made 0600 if new;
+    never through a symlink), before the task's output: what its agent did for it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.write(fd, f"[corral: {what}]\n".encode())
+    finally:
+        os.close(fd)
 
 
 class CappedLog:

@@ -101,6 +101,10 @@ class Walls:
             memory = per_gpu * max(1, math.ceil(launch.gpu))
         own = set(launch.devices)
         denied = tuple(sorted(m for index, m in self.minors.items() if index not in own))
+        if launch.image is not None:
+            # In a container, runc's own device list holds (only the task's GPUs are given
+            # to it), and a denial here would forbid runc to set it up below this cgroup.
+            denied = ()
         return Limits(memory, launch.cpu, self.options.pids, denied)
 
     def cgroup(self, launch: TaskLaunch) -> TaskCgroup | None:

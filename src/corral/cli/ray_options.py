@@ -11,6 +11,7 @@ import typer
 from corral.cli.common import CliError
 
 if TYPE_CHECKING:
+    from corral.agent.prepare import NodeIndex
     from corral.agent.walls import WallOptions
     from corral.server.main import RayOptions
 
@@ -73,6 +74,7 @@ def ray_options(
     agent_dir: str,
     server_absence: float,
     walls: WallOptions | None = None,
+    index: NodeIndex | None = None,
 ) -> RayOptions | None:
     """The server's RayOptions, or None without --ray; Ray must be installed for --ray."""
     from corral.server.main import RayOptions
@@ -82,5 +84,12 @@ def ray_options(
     if importlib.util.find_spec("ray") is None:
         raise CliError(f"--ray needs Ray, which is not installed: {RAY_HINT}")
     return RayOptions(
-        address, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence, walls
+        address,
+        checkpoint_root,
+        loss_timeout,
+        fence_timeout,
+        agent_dir,
+        server_absence,
+        walls,
+        index,
     )

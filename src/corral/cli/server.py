@@ -15,7 +15,15 @@ from corral.cli.ray_options import (
     ServerAbsence,
     ray_options,
 )
-from corral.cli.task_walls import LogCap, NoTaskLimits, TaskPids, wall_options
+from corral.cli.task_walls import (
+    LogCap,
+    NodeFindLinks,
+    NodeIndexUrl,
+    NoTaskLimits,
+    TaskPids,
+    node_index,
+    wall_options,
+)
 from corral.cli.workspace_domain import WorkspaceDomain, use_workspace_domain
 
 
@@ -64,6 +72,8 @@ def server_command(
     log_cap: LogCap = "1GiB",
     task_pids: TaskPids = 4096,
     no_task_limits: NoTaskLimits = False,
+    index_url: NodeIndexUrl = None,
+    find_links: NodeFindLinks = None,
 ) -> None:
     """Run the server: the REST API and the scheduler loop; with --ray, also an agent on
     every node of a Ray cluster (no agent otherwise)."""
@@ -76,8 +86,16 @@ def server_command(
         use_workspace_domain(workspace_domain)
         check_server_environment()
         walls = wall_options(log_cap, task_pids, no_task_limits)
+        index = node_index(index_url, find_links)
         options = ray_options(
-            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence, walls
+            ray,
+            checkpoint_root,
+            loss_timeout,
+            fence_timeout,
+            agent_dir,
+            server_absence,
+            walls,
+            index,
         )
         try:
             serve(

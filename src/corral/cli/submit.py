@@ -274,14 +274,15 @@ def submit_command(
         ),
     ] = None,
     export: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--export",
             metavar="ALL|NONE|VAR,...",
             help="Which of this shell's variables the task gets: ALL (less secrets by "
             "name or value, CORRAL_* and the login session's), NONE, or the ones named.",
+            show_default="ALL; NONE with --image",
         ),
-    ] = "ALL",
+    ] = None,
     grace_period: Annotated[
         str | None,
         typer.Option(
@@ -385,6 +386,8 @@ def submit_command(
         if task_group is not None:
             task["name"] = task_group
         body.update(travel_fields(code, requirements, python, index_url, find_links, image))
+        # A task in an image has the image's environment, not this shell's.
+        export = export or ("NONE" if image is not None else "ALL")
         body.update(submit_time_fields(body, export, workdir, grace_period, backoff_limit))
         given = {*body.get("env", {}), *body.get("secrets", {})}
         left_out = [n for n in secrets_left_out(export, os.environ) if n not in given]
@@ -422,13 +425,14 @@ def submit_time_fields(
 ) -> dict[str, Any]:
     """The fields that come from the submitting shell, as with sbatch: its variables
     (--export, see corral.cli.environment) and its working directory (unless --workdir
-    gives one, or --code brings the directory it starts in; "." is the workload's own
-    directory), and the stop and retry settings."""
+    gives one, or --code brings the directory it starts in, or it runs in an image; "."
+    is the workload's own directory), and the stop and retry settings."""
     fields: dict[str, Any] = {}
     if workdir is not None:
         fields["workdir"] = workdir
-    elif "code" not in body:
-        # With its code, a task starts in its copy of it.
+    elif "code" not in body and "image" not in body:
+        # With its code, a task starts in its copy of it; in an image, in its workload's
+        # directory (this machine's paths are not the image's).
         fields["workdir"] = os.getcwd()
     if grace_period is not None:
         parse_duration_option("--grace-period", grace_period)

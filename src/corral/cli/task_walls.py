@@ -1,4 +1,5 @@
-"""The options of the walls around tasks (docs/security.md) that `corral up` and
+"""The options of the walls around tasks (docs/security.md), and of where the nodes'
+Python environments take packages from (docs/workloads.md), that `corral up` and
 `corral server --ray` share: they reach every agent."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import typer
 from corral.cli.common import EXIT_INVALID
 
 if TYPE_CHECKING:
+    from corral.agent.prepare import NodeIndex
     from corral.agent.walls import WallOptions
 
 LogCap = Annotated[
@@ -36,6 +38,41 @@ NoTaskLimits = Annotated[
         "namespace, as corral does when it is not root.",
     ),
 ]
+
+
+NodeIndexUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--index-url",
+        metavar="URL|DIR",
+        help="The package index the nodes build workloads' Python environments from, "
+        "instead of PyPI (a URL, or a directory of this machine's).",
+        show_default="PyPI",
+    ),
+]
+NodeFindLinks = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--find-links",
+        metavar="URL|DIR",
+        help="A page or directory of packages the nodes' environments may take, after a "
+        "workload's own. Repeatable.",
+    ),
+]
+
+
+def node_index(index_url: str | None, find_links: list[str] | None) -> NodeIndex:
+    """The nodes' package sources from `--index-url` and `--find-links`: URLs, or absolute
+    directories (an admin's, read on each node)."""
+    from corral.agent.prepare import NodeIndex
+
+    given = [("--index-url", index_url), *(("--find-links", link) for link in find_links or ())]
+    for option, value in given:
+        if value is not None and not value.startswith(("http://", "https://", "/")):
+            problem = f"{option}: {value!r} is neither a URL nor an absolute directory"
+            typer.secho(problem, fg="red", err=True)
+            raise typer.Exit(EXIT_INVALID)
+    return NodeIndex(index_url, tuple(find_links or ()))
 
 
 def wall_options(log_cap: str, task_pids: int, no_task_limits: bool) -> WallOptions:

@@ -15,7 +15,15 @@ from corral.cli.ray_options import (
     ServerAbsence,
     ray_options,
 )
-from corral.cli.task_walls import LogCap, NoTaskLimits, TaskPids, wall_options
+from corral.cli.task_walls import (
+    LogCap,
+    NodeFindLinks,
+    NodeIndexUrl,
+    NoTaskLimits,
+    TaskPids,
+    node_index,
+    wall_options,
+)
 from corral.cli.workspace_domain import WorkspaceDomain, use_workspace_domain
 
 
@@ -81,6 +89,8 @@ def up_command(
     log_cap: LogCap = "1GiB",
     task_pids: TaskPids = 4096,
     no_task_limits: NoTaskLimits = False,
+    index_url: NodeIndexUrl = None,
+    find_links: NodeFindLinks = None,
 ) -> None:
     """Start corral on this machine: the server and an agent for its GPUs, real or virtual.
     With --ray, the server and an agent on every node of a Ray cluster."""
@@ -112,8 +122,16 @@ def up_command(
     with reported_errors(ctx):
         use_workspace_domain(workspace_domain)
         check_server_environment()
+        index = node_index(index_url, find_links)
         options = ray_options(
-            ray, checkpoint_root, loss_timeout, fence_timeout, agent_dir, server_absence, walls
+            ray,
+            checkpoint_root,
+            loss_timeout,
+            fence_timeout,
+            agent_dir,
+            server_absence,
+            walls,
+            index,
         )
         try:
             if ray is None:
@@ -132,6 +150,7 @@ def up_command(
                 admin_unix_user,
                 options,
                 walls,
+                index,
             )
         except (PortBusy, Planted) as error:
             raise CliError(str(error)) from None

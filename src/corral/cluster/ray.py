@@ -184,6 +184,14 @@ class _Agent:
     receipt: dict[str, Any] | None = None
 
 
+def _agent_labels(hello: dict[str, Any]) -> dict[str, str]:
+    """The labels an agent gave its node in its hello (of an agent of before: none)."""
+    given = hello.get("labels")
+    if not isinstance(given, dict):
+        return {}
+    return {str(key): str(value) for key, value in given.items()}
+
+
 class RayCluster:
     """The `corral.cluster.Cluster` of a Ray cluster: one agent actor per alive node."""
 
@@ -558,7 +566,7 @@ class RayCluster:
                         gpu_model=hello["model"],
                         cpu=hello["cpu"],
                         memory=hello["ram"],
-                        labels=agent.labels,
+                        labels={**agent.labels, **_agent_labels(hello)},
                     ),
                     devices,
                     virtual=hello["source"] == "virtual",

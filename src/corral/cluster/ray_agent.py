@@ -40,13 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from corral.agent import Agent, discover
+from corral.agent.prepare import NodeIndex
 from corral.agent.process import TaskProcess
 from corral.agent.walls import WallOptions
 from corral.cluster.exec_relay import SessionRelay, open_relayed
 from corral.cluster.log_shipping import Outbox
 from corral.messages import AgentSettings, TaskLaunch, TaskStop
 from corral.model import GIB
-from corral.model.spec import NodeSpec
+from corral.model.spec import CONTAINERS_LABEL, CONTAINERS_VALUE, NodeSpec
 from corral.model.telemetry import Sample
 
 log = logging.getLogger("corral.agent")
@@ -57,6 +58,8 @@ PROTOCOL = 6
 # how long it waits for one's bytes.
 SNAPSHOT_REFS = 64
 SNAPSHOT_TIMEOUT = 300.0
+# How long `hello` waits for the probe of containers (corral.agent.containers.probe).
+PROBE_WAIT = 10.0
 # How often the watchdog asks the cluster whether this node is still part of it.
 WATCH_EVERY = 1.0
 
@@ -157,6 +160,10 @@ def _walls(settings: AgentSettings) -> WallOptions:
     return WallOptions(settings.log_cap, settings.task_pids, settings.task_limits)
 
 
+def _index(settings: AgentSettings) -> NodeIndex:
+    return NodeIndex(settings.index_url, settings.find_links)
+
+
 class NodeAgent:
     """The actor's body: one per Ray node, named after its node id, in namespace corral."""
 
@@ -203,6 +210,7 @@ class NodeAgent:
             workloads_dir=workloads,
             address=address,
             walls=_walls(settings),
+            index=_index(settings),
         )
         self.agent.lease = self.lease
         self.agent.fence_timeout = settings.fence_timeout
@@ -212,6 +220,10 @@ class NodeAgent:
         # Refs of the code snapshots launches brought, newest last (see `start`).
         self._snapshots: dict[str, Any] = {}
         self.agent.code_source = self._snapshot
+        # Whether this node runs tasks in images, found meanwhile (a container is started),
+        # and told with `hello`.
+        self._probe_containers = threading.Thread(target=self.agent.containers, daemon=True)
+        self._probe_containers.start()
         self.agent.start_thread()
         # Log shipping: how far the server stored each task's log, by the name of its
         # workload's directories and its number.
@@ -252,6 +264,7 @@ class NodeAgent:
             self._write_lease(settings.fence_timeout)
             self.agent.fence_timeout = settings.fence_timeout
         self.agent.walls.options = _walls(settings)
+        self.agent.preparations.use_index(_index(settings))
         self.agent.walls.servers(settings.server_addresses)
         log.info("node %s takes the server's settings: %s", self.name, settings)
         self.settings = settings
@@ -295,7 +308,17 @@ class NodeAgent:
             # of task ports. 6: launches that bring code (`start`'s snapshots) and say how
             # far their preparation is ("preparing" reports).
             "protocol": PROTOCOL,
+            "labels": self._labels(),
         }
+
+    def _labels(self) -> dict[str, str]:
+        """The labels this node's agent gives it: whether it runs tasks in images (waited
+        for briefly: a node whose probe takes longer registers without it)."""
+        self._probe_containers.join(timeout=PROBE_WAIT)
+        found = self.agent.containers() if not self._probe_containers.is_alive() else None
+        if found is not None and found.available:
+            return {CONTAINERS_LABEL: CONTAINERS_VALUE}
+        return {}
 
     def start(self, launches: list[TaskLaunch], snapshots: dict[str, Any] | None = None) -> None:
         """Start (or adopt) tasks, as the local agent does. `snapshots`: the object refs of

@@ -35,6 +35,12 @@ DIGEST_PREFIX = "sha256:"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
 
+# The label of a node whose agent runs tasks in images (corral.agent.containers), which a
+# workload with an image selects.
+CONTAINERS_LABEL = "corral.io/containers"
+CONTAINERS_VALUE = "podman"
+
+
 @dataclass(frozen=True, slots=True)
 class PythonEnv:
     """A Python environment a node builds for a workload's tasks with uv, and shares with

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import gc
 import logging
@@ -9,6 +10,7 @@ import os
 import re
 import socket
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,12 +19,13 @@ import uvicorn
 
 from corral.agent.planted import own_directory, write_private
 from corral.model import Node, format_memory
-from corral.model.spec import NodeSpec
+from corral.model.spec import CONTAINERS_LABEL, CONTAINERS_VALUE, NodeSpec
 from corral.store import Store, database_url
 from corral.store.secrets import load_key
 
 if TYPE_CHECKING:
     from corral.agent import Agent
+    from corral.agent.prepare import NodeIndex
     from corral.agent.walls import WallOptions
     from corral.cluster import Cluster
 
@@ -132,6 +135,8 @@ class RayOptions:
     server_absence: float = 600.0
     # The walls of the tasks on every node (None: the defaults).
     walls: WallOptions | None = None
+    # Where the nodes' environments take packages from (None: PyPI).
+    index: NodeIndex | None = None
 
 
 # How often the dispatcher looks for lost nodes (its reconcile interval).
@@ -168,6 +173,8 @@ def ray_cluster(data_dir: Path, options: RayOptions) -> tuple[Cluster, float]:
         task_pids=walls.pids,
         task_limits=walls.limits,
         server_addresses=(own_address(),),
+        index_url=options.index.index_url if options.index else None,
+        find_links=options.index.find_links if options.index else (),
     )
     cluster = RayCluster(
         data_dir,
@@ -273,10 +280,12 @@ def up(
     admin_unix_user: str | None = None,
     ray: RayOptions | None = None,
     walls: WallOptions | None = None,
+    index: NodeIndex | None = None,
 ) -> None:
     """The server and an agent for this machine, in one process; with `ray`, the server
     and an agent on every node of the Ray cluster (this machine's among them). `walls`:
-    the limits of this machine's tasks (corral.agent.walls)."""
+    the limits of this machine's tasks (corral.agent.walls); `index`: where their
+    environments take packages from (corral.agent.prepare)."""
     from corral.agent import Agent, discover
     from corral.cluster.local import LocalCluster
     from corral.server.app import create_app
@@ -301,24 +310,32 @@ def up(
         return
     found = discover(virtual_gpus, virtual_model, virtual_memory)
     name = node_name()
-    store.register_node(
-        NodeSpec(
-            Node(
-                name=name,
-                gpus=len(found.devices),
-                gpu_memory=found.memory,
-                gpu_model=found.model,
-                cpu=float(os.cpu_count() or 1),
-                memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-                labels=labels,
-            ),
-            found.devices,
-            virtual=found.source == "virtual",
+    spec = NodeSpec(
+        Node(
+            name=name,
+            gpus=len(found.devices),
+            gpu_memory=found.memory,
+            gpu_model=found.model,
+            cpu=float(os.cpu_count() or 1),
+            memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+            labels=labels,
         ),
-        replace_existing=True,
+        found.devices,
+        virtual=found.source == "virtual",
     )
+    store.register_node(spec, replace_existing=True)
     # The agent samples its devices every CORRAL_SAMPLE_INTERVAL seconds (5 by default).
-    agent = Agent(name, data_dir, devices=found.devices, workloads_dir=workloads_dir, walls=walls)
+    agent = Agent(
+        name,
+        data_dir,
+        devices=found.devices,
+        workloads_dir=workloads_dir,
+        walls=walls,
+        index=index,
+    )
+    threading.Thread(
+        target=containers_found, args=(agent, store, spec), name="corral-containers", daemon=True
+    ).start()
     cluster = LocalCluster([agent])
     app = create_app(store, cluster=cluster, data_dir=data_dir, scheduler_process=True)
     print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
@@ -357,3 +374,17 @@ def identity_lines(agent: Agent, store: Store) -> list[str]:
             "their directories; choose another --workloads-dir"
         )
     return lines
+
+
+def containers_found(agent: Agent, store: Store, spec: NodeSpec) -> None:
+    """Find whether this node runs tasks in images (a podman container is started: about
+    a second, so not before the server answers), say so, and label the node when it does:
+    a workload with an image selects such nodes."""
+    found = agent.containers()
+    print(found.describe(), flush=True)
+    if found.available:
+        labels = {**spec.node.labels, CONTAINERS_LABEL: CONTAINERS_VALUE}
+        store.register_node(
+            dataclasses.replace(spec, node=dataclasses.replace(spec.node, labels=labels)),
+            replace_existing=True,
+        )

@@ -32,7 +32,14 @@ from corral.model import (
     resolve_priority,
 )
 from corral.model.arrays import parse_array, parse_dependency
-from corral.model.spec import PortSpec, PythonEnv, WorkloadSpec, workload_key
+from corral.model.spec import (
+    CONTAINERS_LABEL,
+    CONTAINERS_VALUE,
+    PortSpec,
+    PythonEnv,
+    WorkloadSpec,
+    workload_key,
+)
 from corral.spec.limits import (
     MAX_REPLICAS,
     MAX_TASK_GROUPS,
@@ -330,6 +337,13 @@ class WorkloadIn(Body):
         names = [group.name for group in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError("task group names must differ")
+        if self.image is not None and self.python is not None:
+            raise ValueError("give an image or a Python environment, not both")
+        if self.image is not None and self.workdir is not None and self.workdir.startswith("/"):
+            raise ValueError(
+                "workdir: in an image, give a directory relative to the workload's own (or "
+                "to its code's copy): only those are in its container"
+            )
         both = sorted(set(self.env) & set(self.secrets))
         if both:
             raise ValueError(f"{', '.join(both)}: in both env and secrets")
@@ -338,6 +352,16 @@ class WorkloadIn(Body):
             if len(longest) > 63:
                 raise ValueError(f"name: the array member {longest!r} is over 63 characters")
         return self
+
+    def _selector_model(self) -> dict[str, tuple[str, ...]]:
+        """The node selector, with the nodes that run images for a workload that has one."""
+        selector = {
+            key: tuple(values) if isinstance(values, list) else (values,)
+            for key, values in self.node_selector.items()
+        }
+        if self.image is not None:
+            selector.setdefault(CONTAINERS_LABEL, (CONTAINERS_VALUE,))
+        return selector
 
     def to_spec(self, name: str, user: str) -> WorkloadSpec:
         """The workload `name` of its project, as the store keeps it (its key is
@@ -353,10 +377,7 @@ class WorkloadIn(Body):
                 default_preemptible(priority) if self.preemptible is None else self.preemptible
             ),
             min_available=self.min_available,
-            node_selector={
-                key: tuple(values) if isinstance(values, list) else (values,)
-                for key, values in self.node_selector.items()
-            },
+            node_selector=self._selector_model(),
             topology=Topology(self.topology.key, self.topology.required) if self.topology else None,
             node_pools=tuple(self.node_pools),
             command=tuple(self.command),

@@ -237,6 +237,7 @@ def test_sigterm_reaches_the_container_which_checkpoints_and_exits_with_its_code
     task.process.signal(signal.SIGTERM)
     assert task.wait(10) == code, task.output()
     assert time.monotonic() - asked < 5  # well within a grace period
+    assert checkpoint.is_file(), task.output()
     assert checkpoint.read_text() == "saved\n"
     assert checkpoint.stat().st_uid == alice.uid
     assert "started" in task.output() and "checkpointed" in task.output()

@@ -34,6 +34,14 @@ from livecorral import kill_everything_of as kill_everything_of
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+def without_containers(labels: dict[str, str]) -> dict[str, str]:
+    """A node's labels but the one its agent gives it when it runs tasks in images
+    (corral.agent.containers), which depends on the machine."""
+    from corral.model.spec import CONTAINERS_LABEL
+
+    return {key: value for key, value in labels.items() if key != CONTAINERS_LABEL}
+
+
 def require_ray() -> None:
     """Skip the calling test module when Ray is not installed, except under CI=true."""
     if importlib.util.find_spec("ray") is None:

@@ -65,7 +65,7 @@ def put(client: TestClient, project: str, digest: str, data: bytes) -> Any:
     return client.put(
         f"/api/v1/projects/{project}/code/{digest}",
         content=data,
-        headers={"Content-Type": "application/gzip"},
+        headers={"Content-Type": "application/octet-stream"},
     )
 
 

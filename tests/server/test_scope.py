@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ import pytest
 from server_support import Api, unique
 
 from corral.dashboard.routes import COOKIE, PAGE_PATHS
+from corral.sdk.snapshot import pack
 
 ROLES = ("admin", "viewer", "member", "project-admin")
 # own: submitted by the member; peer: by someone else in the member's project;
@@ -31,6 +33,7 @@ SUBMIT = "submit"
 READ = "read (scoped content)"
 ADMIN = "admin only"
 SECRETS = "a project's secrets"
+CODE = "a project's code snapshots"
 TOKENS = "revoke a token"
 PUBLIC = "no token"
 
@@ -82,6 +85,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/projects/{project}/secrets"): SECRETS,
     ("PUT", "/api/v1/projects/{project}/secrets/{name}"): SECRETS,
     ("DELETE", "/api/v1/projects/{project}/secrets/{name}"): SECRETS,
+    ("HEAD", "/api/v1/projects/{project}/code/{digest}"): CODE,
+    ("PUT", "/api/v1/projects/{project}/code/{digest}"): CODE,
     ("GET", "/healthz"): PUBLIC,
 }
 # Dashboard routes (outside the OpenAPI document) that show project data.
@@ -426,6 +431,28 @@ def test_secrets(world: World, method: str, path: str, role: str, target: str) -
         listed = world.api.admin.get(f"/projects/{project}/secrets").json()
         assert name in {s["name"] for s in listed}
     assert value not in response.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "role", "target"),
+    [case for case in _cases(CODE) if case.values[3] != "peer"],
+)
+def test_code_snapshots(
+    world: World, tmp_path: Path, method: str, path: str, role: str, target: str
+) -> None:
+    """Who may submit to a project may ask for and upload its code snapshots; viewers
+    and other projects' members get 403 before anything is read, and learn nothing of
+    whether the project has the tree (corral.api.routers.code)."""
+    project = world.other if target == "other" else world.own
+    (tmp_path / "train.py").write_text(f"print({unique('tree')!r})\n")
+    snapshot = pack(tmp_path)
+    url = f"/projects/{project}/code/{snapshot.digest}"
+    made = world.api.admin.put(url, content=snapshot.data)
+    assert made.status_code == 201, made.text
+    body = snapshot.data if method == "PUT" else None
+    response = world.clients[role].request(method, url, content=body)
+    allowed = role == "admin" or (role in ("member", "project-admin") and target == "own")
+    assert response.status_code == (200 if allowed else 403), response.text
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -58,8 +58,6 @@ PROTOCOL = 6
 # how long it waits for one's bytes.
 SNAPSHOT_REFS = 64
 SNAPSHOT_TIMEOUT = 300.0
-# How long `hello` waits for the probe of containers (corral.agent.containers.probe).
-PROBE_WAIT = 10.0
 # How often the watchdog asks the cluster whether this node is still part of it.
 WATCH_EVERY = 1.0
 
@@ -221,7 +219,7 @@ class NodeAgent:
         self._snapshots: dict[str, Any] = {}
         self.agent.code_source = self._snapshot
         # Whether this node runs tasks in images, found meanwhile (a container is started),
-        # and told with `hello`.
+        # and told with `hello` or, when found later, with the drains' answers.
         self._probe_containers = threading.Thread(target=self.agent.containers, daemon=True)
         self._probe_containers.start()
         self.agent.start_thread()
@@ -312,11 +310,11 @@ class NodeAgent:
         }
 
     def _labels(self) -> dict[str, str]:
-        """The labels this node's agent gives it: whether it runs tasks in images (waited
-        for briefly: a node whose probe takes longer registers without it)."""
-        self._probe_containers.join(timeout=PROBE_WAIT)
-        found = self.agent.containers() if not self._probe_containers.is_alive() else None
-        if found is not None and found.available:
+        """The labels this node's agent gives it: whether it runs tasks in images, once
+        its probe has found out (with `hello`, or with a later drain's answer)."""
+        if self._probe_containers.is_alive():
+            return {}
+        if self.agent.containers().available:
             return {CONTAINERS_LABEL: CONTAINERS_VALUE}
         return {}
 
@@ -433,6 +431,7 @@ class NodeAgent:
             # Newer than the server knows: an older server ignores the key.
             "checkpoints": times,
             "answer": [self._instance, self._answers],
+            "labels": self._labels(),
         }
 
     def _not_acknowledged(

@@ -218,7 +218,7 @@ class Client:
             "PUT",
             path,
             content=data,
-            headers={"Content-Type": "application/gzip"},
+            headers={"Content-Type": "application/octet-stream"},
             timeout=max(self.timeout, 300.0),
         )
         return len(data)

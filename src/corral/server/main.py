@@ -211,7 +211,7 @@ def serve(
             scheduler_process=True,
         )
     else:
-        app = create_app(store, scheduler_process=True)
+        app = create_app(store, scheduler_process=True, data_dir=data_dir)
     print(f"corral server on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
     print(f"store: {store.url.split('@')[-1]}", flush=True)
     show_first_token(token, data_dir)

@@ -176,6 +176,9 @@ def end(node: Containers, task: Task) -> None:
 def test_probe_says_what_runs_containers(node: Containers) -> None:
     assert node.runtime in containers.RUNTIMES
     assert node.describe().startswith(f"containers: podman {node.version} with {node.runtime}")
+    # What an agent says at its start without starting a container is what starting one
+    # finds here.
+    assert containers.look() == node
 
 
 def test_runs_as_the_account_and_setuid_gives_no_root(

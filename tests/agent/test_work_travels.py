@@ -18,6 +18,7 @@ from images import busybox_image, need_podman, podman
 from livecorral import CORRAL, Accounts, CorralUp, Servers, open_folder, team_members
 from wheels import make_wheel, served
 
+from corral.agent.cgroups import agent_key
 from corral.agent.identity import identity_of
 
 TRAIN = """\
@@ -220,8 +221,7 @@ def test_a_task_in_an_image_is_preempted_and_resumes_from_its_checkpoint(
     assert f"done at {saved + 30}" in log, log
     assert done["attempts"] == 2, done
     # Nothing of it is left in podman.
-    left = podman("ps", "-a", "--filter", "name=^corral-", "--format", "{{.Names}}")
-    assert left.stdout.split() == [], left.stdout
+    assert containers_of(up) == []
 
 
 def test_an_image_with_an_environment_is_refused_and_one_missing_fails(
@@ -259,19 +259,20 @@ def test_a_task_in_an_image_outlives_a_restart_of_corral(
     up.wait_log("lasting", "started", timeout=60)
     [(_, launcher)] = up.started_pids("lasting")
     up.kill9()
-    assert podman("container", "exists", up_container(up)).returncode == 0
+    assert len(containers_of(up)) == 1
     up.start()
     done = up.wait_status("lasting", timeout=60)
     assert (done["status"], done["exit_code"]) == ("failed", 3), done
     assert up.started_pids("lasting") == [(0, launcher)]  # adopted, not started again
-    assert podman("container", "exists", up_container(up)).returncode == 1
+    assert containers_of(up) == []
 
 
-def up_container(up: CorralUp) -> str:
-    """The name of the one container corral runs for `up`'s tasks."""
-    found = podman("ps", "-a", "--filter", "name=^corral-", "--format", "{{.Names}}")
-    names = found.stdout.split()
-    return names[0] if names else "corral-none"
+def containers_of(up: CorralUp) -> list[str]:
+    """The containers podman has of the tasks of `up`'s agent (corral.agent.containers
+    names them after the agent's key)."""
+    prefix = f"corral-{agent_key(up.data_dir)}-"
+    found = podman("ps", "-a", "--filter", f"name=^{prefix}", "--format", "{{.Names}}")
+    return found.stdout.split()
 
 
 def test_the_nodes_own_index_serves_a_workload_that_names_none(

@@ -73,9 +73,9 @@ from corral.agent.identity import Identity
 PODMAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Tried in this order; crun refuses a cgroup v1 hierarchy that has v2 beside it (hybrid).
 RUNTIMES = ("runc", "crun")
-# The images probes import and remove again, each its own: two agents of one node may
-# probe at once, and must not remove each other's.
-PROBE_PREFIX = "localhost/corral-probe-"
+# The start of the names of the images and containers probes make and remove again, each
+# its own (two agents of one node may probe at once, and must not remove each other's).
+PROBE_PREFIX = "corral-probe-"
 # A static program for the probe's image, and its arguments for a run that exits 0: the
 # init podman's `--init` needs is one (static in Debian's catatonit), busybox another.
 PROBE_PROGRAMS = (
@@ -101,6 +101,7 @@ __all__ = [
     "container_name",
     "ensure_image",
     "env_file",
+    "look",
     "probe",
     "remove",
     "task_argv",
@@ -190,11 +191,21 @@ def _said(done: subprocess.CompletedProcess[str], limit: int = 400) -> str:
 # -- what works on this node ----------------------------------------------------------------
 
 
-def probe() -> Containers:
-    """Find what runs containers here, by starting one: podman, the first runtime with
-    which a container starts, and the first set of ulimits it accepts (podman's defaults;
-    the agent's own, which a task outside a container would have; then FLOOR). The probe's
-    image is made from a single static program and removed again. Never raises."""
+def look() -> Containers:
+    """Whether containers may run here, without starting one (a few milliseconds, so an
+    agent says it when it starts): root, podman that answers, an OCI runtime; with the
+    ulimits a container most likely takes (the agent's own, nproc capped at the kernel's
+    pid_max). `probe` starts one to be sure, before the node's first task in an image.
+    Never raises."""
+    found = _prerequisites()
+    if isinstance(found, Containers):
+        return found
+    podman, version, runtimes = found
+    return Containers(True, "", podman, version, runtimes[0], _ulimit_choices()[1])
+
+
+def _prerequisites() -> Containers | tuple[str, str, list[str]]:
+    """podman, its version and the runtimes it may use; or, as unavailable, why not."""
     if os.geteuid() != 0:
         return Containers(False, "corral does not run as root, and podman must (rootful)")
     podman = shutil.which("podman", path=PODMAN_PATH)
@@ -206,22 +217,55 @@ def probe() -> Containers:
     runtimes = [name for name in RUNTIMES if shutil.which(name, path=PODMAN_PATH)]
     if not runtimes:
         return Containers(False, f"no OCI runtime ({' nor '.join(RUNTIMES)}) is installed")
+    return podman, version.stdout.strip(), runtimes
+
+
+def probe() -> Containers:
+    """Find what runs containers here, by starting one: podman, the first runtime with
+    which a container starts, and the first set of ulimits it accepts (podman's defaults;
+    the agent's own, which a task outside a container would have; then FLOOR). The probe's
+    image is made from a single static program and removed again, with what probes of
+    processes that have ended left behind. Never raises."""
+    found = _prerequisites()
+    if isinstance(found, Containers):
+        return found
+    podman, version, runtimes = found
+    _remove_stale_probes(podman)
     program = next(((p, a) for p, a in PROBE_PROGRAMS if _static(Path(p))), None)
     if program is None:
         return Containers(False, "no static program for a probe's image (catatonit, busybox)")
-    image = f"{PROBE_PREFIX}{secrets.token_hex(6)}:latest"
+    # The probing process's pid in its names: a probe killed half-way leaves them, and a
+    # later one removes them once that process has gone.
+    name = f"{PROBE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     with tempfile.TemporaryDirectory(prefix="corral-probe-") as folder:
-        made = _import_probe(podman, Path(folder), Path(program[0]), image)
+        made = _import_probe(podman, Path(folder), Path(program[0]), f"localhost/{name}:latest")
         if made is not None:
             return Containers(False, f"podman cannot import an image: {made}")
         try:
-            return _first_that_starts(podman, version.stdout.strip(), runtimes, program[1], image)
+            return _first_that_starts(podman, version, runtimes, program[1], name)
         finally:
-            _podman([podman, "rmi", "--force", image])
+            _podman([podman, "rmi", "--force", f"localhost/{name}:latest"])
+
+
+def _remove_stale_probes(podman: str) -> None:
+    """Remove the containers and images of probes whose process has ended."""
+    for kind, listing in (
+        ("container", [podman, "ps", "--all", "--format", "{{.Names}}"]),
+        ("image", [podman, "images", "--format", "{{.Repository}}"]),
+    ):
+        for found in _podman(listing).stdout.split():
+            short = found.removeprefix("localhost/")
+            owner = short.removeprefix(PROBE_PREFIX).split("-")[0]
+            if short.startswith(PROBE_PREFIX) and owner.isdigit() and not _runs(int(owner)):
+                _podman([podman, "rm" if kind == "container" else "rmi", "--force", found])
+
+
+def _runs(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
 
 
 def _first_that_starts(
-    podman: str, version: str, runtimes: list[str], arguments: Sequence[str], image: str
+    podman: str, version: str, runtimes: list[str], arguments: Sequence[str], name: str
 ) -> Containers:
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="corral-probe-") as workdir:
@@ -231,9 +275,9 @@ def _first_that_starts(
                 found = Containers(True, "", podman, version, runtime, ulimits)
                 argv, env = container_command(
                     found,
-                    image=image,
+                    image=f"localhost/{name}:latest",
                     command=["/probe", *arguments],
-                    name=f"corral-probe-{os.getpid()}",
+                    name=name,
                     uid=65534,
                     gid=65534,
                     groups=(),

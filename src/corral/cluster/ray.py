@@ -22,7 +22,6 @@ Importing this module imports Ray; the rest of corral never does unless `--ray` 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
@@ -183,15 +182,10 @@ class _Agent:
     # What the server stored of the agent's answers (see NodeAgent.drain), sent with
     # every drain until a newer answer is stored.
     receipt: dict[str, Any] | None = None
-    # The node as it joined, and the labels its agent gave it (beside its Ray labels):
-    # when an answer gives others, the node joins again with them.
-    joined: NodeSpec | None = None
-    given: dict[str, str] = field(default_factory=dict)
 
 
 def _agent_labels(hello: dict[str, Any]) -> dict[str, str]:
-    """The labels an agent gave its node in its hello or an answer (an agent of before
-    gives none)."""
+    """The labels an agent gave its node in its hello (an agent of before gives none)."""
     given = hello.get("labels")
     if not isinstance(given, dict):
         return {}
@@ -563,22 +557,22 @@ class RayCluster:
                 PROTOCOL,
             )
         if devices and self.reports is not None:
-            agent.given = _agent_labels(hello)
-            agent.joined = NodeSpec(
-                Node(
-                    name=agent.name,
-                    gpus=len(devices),
-                    gpu_memory=hello["memory"],
-                    gpu_model=hello["model"],
-                    cpu=hello["cpu"],
-                    memory=hello["ram"],
-                    labels={**agent.labels, **agent.given},
-                ),
-                devices,
-                virtual=hello["source"] == "virtual",
-                address=agent.address,
+            self.reports.node_joined(
+                NodeSpec(
+                    Node(
+                        name=agent.name,
+                        gpus=len(devices),
+                        gpu_memory=hello["memory"],
+                        gpu_model=hello["model"],
+                        cpu=hello["cpu"],
+                        memory=hello["ram"],
+                        labels={**agent.labels, **_agent_labels(hello)},
+                    ),
+                    devices,
+                    virtual=hello["source"] == "virtual",
+                    address=agent.address,
+                )
             )
-            self.reports.node_joined(agent.joined)
             log.info("node %s joined: %s", agent.name, hello["note"])
         with self._lock:
             agent.registered = True
@@ -603,13 +597,6 @@ class RayCluster:
             agent.late = False
             log.info("node %s answers again after %.1f s", agent.name, now - agent.last_answer)
         agent.last_answer = now
-        given = _agent_labels(answer)
-        if agent.joined is not None and given != agent.given and self.reports is not None:
-            # The agent found out more of its node (it runs containers): joined again.
-            agent.given = given
-            node = dataclasses.replace(agent.joined.node, labels={**agent.labels, **given})
-            agent.joined = dataclasses.replace(agent.joined, node=node)
-            self.reports.node_joined(agent.joined)
         agent.running = {(workload, task) for workload, task in answer["running"]}
         # An older agent finds no strays.
         agent.strays = {(workload, task) for workload, task in answer.get("strays", ())}

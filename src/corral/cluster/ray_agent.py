@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.agent import Agent, discover
+from corral.agent.containers import look
 from corral.agent.prepare import NodeIndex
 from corral.agent.process import TaskProcess
 from corral.agent.walls import WallOptions
@@ -218,10 +219,9 @@ class NodeAgent:
         # Refs of the code snapshots launches brought, newest last (see `start`).
         self._snapshots: dict[str, Any] = {}
         self.agent.code_source = self._snapshot
-        # Whether this node runs tasks in images, found meanwhile (a container is started),
-        # and told with `hello` or, when found later, with the drains' answers.
-        self._probe_containers = threading.Thread(target=self.agent.containers, daemon=True)
-        self._probe_containers.start()
+        # Whether this node may run tasks in images, told with `hello` (the agent makes
+        # sure by starting one before its first such task).
+        self._containers = look()
         self.agent.start_thread()
         # Log shipping: how far the server stored each task's log, by the name of its
         # workload's directories and its number.
@@ -310,13 +310,8 @@ class NodeAgent:
         }
 
     def _labels(self) -> dict[str, str]:
-        """The labels this node's agent gives it: whether it runs tasks in images, once
-        its probe has found out (with `hello`, or with a later drain's answer)."""
-        if self._probe_containers.is_alive():
-            return {}
-        if self.agent.containers().available:
-            return {CONTAINERS_LABEL: CONTAINERS_VALUE}
-        return {}
+        """The labels this node's agent gives it: whether it may run tasks in images."""
+        return {CONTAINERS_LABEL: CONTAINERS_VALUE} if self._containers.available else {}
 
     def start(self, launches: list[TaskLaunch], snapshots: dict[str, Any] | None = None) -> None:
         """Start (or adopt) tasks, as the local agent does. `snapshots`: the object refs of
@@ -431,7 +426,6 @@ class NodeAgent:
             # Newer than the server knows: an older server ignores the key.
             "checkpoints": times,
             "answer": [self._instance, self._answers],
-            "labels": self._labels(),
         }
 
     def _not_acknowledged(

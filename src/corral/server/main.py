@@ -10,7 +10,6 @@ import os
 import re
 import socket
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -287,6 +286,7 @@ def up(
     the limits of this machine's tasks (corral.agent.walls); `index`: where their
     environments take packages from (corral.agent.prepare)."""
     from corral.agent import Agent, discover
+    from corral.agent.containers import look
     from corral.cluster.local import LocalCluster
     from corral.server.app import create_app
 
@@ -323,6 +323,16 @@ def up(
         found.devices,
         virtual=found.source == "virtual",
     )
+    # Whether this node may run tasks in images (the agent makes sure by starting one
+    # before its first such task): a workload with an image selects it by this label.
+    containers = look()
+    if containers.available:
+        spec = dataclasses.replace(
+            spec,
+            node=dataclasses.replace(
+                spec.node, labels={**labels, CONTAINERS_LABEL: CONTAINERS_VALUE}
+            ),
+        )
     store.register_node(spec, replace_existing=True)
     # The agent samples its devices every CORRAL_SAMPLE_INTERVAL seconds (5 by default).
     agent = Agent(
@@ -333,9 +343,6 @@ def up(
         walls=walls,
         index=index,
     )
-    threading.Thread(
-        target=containers_found, args=(agent, store, spec), name="corral-containers", daemon=True
-    ).start()
     cluster = LocalCluster([agent])
     app = create_app(store, cluster=cluster, data_dir=data_dir, scheduler_process=True)
     print(f"corral is up on http://{host}:{port} (API http://{host}:{port}/api/v1)", flush=True)
@@ -345,6 +352,7 @@ def up(
         print(f"  GPU {device.index}: {device.model}, {format_memory(device.memory)} ({kind})")
     for line in identity_lines(agent, store) + agent.walls.describe():
         print(line, flush=True)
+    print(containers.describe(), flush=True)
     print(f"admin token file: {data_dir / ADMIN_TOKEN_FILE}", flush=True)
     show_first_token(token, data_dir)
     run_uvicorn(app, sock)
@@ -374,17 +382,3 @@ def identity_lines(agent: Agent, store: Store) -> list[str]:
             "their directories; choose another --workloads-dir"
         )
     return lines
-
-
-def containers_found(agent: Agent, store: Store, spec: NodeSpec) -> None:
-    """Find whether this node runs tasks in images (a podman container is started: about
-    a second, so not before the server answers), say so, and label the node when it does:
-    a workload with an image selects such nodes."""
-    found = agent.containers()
-    print(found.describe(), flush=True)
-    if found.available:
-        labels = {**spec.node.labels, CONTAINERS_LABEL: CONTAINERS_VALUE}
-        store.register_node(
-            dataclasses.replace(spec, node=dataclasses.replace(spec.node, labels=labels)),
-            replace_existing=True,
-        )

@@ -22,7 +22,9 @@ from strategies import (
 from test_engine_properties import EXAMPLES
 
 from corral.engine import apply_decisions, schedule
+from corral.engine.admission import never_fits
 from corral.model import PoolQuota, Resources, Snapshot, Workload
+from corral.model.spec import WorkloadSpec
 
 POOLS = ("a", "b", "default", "c")
 
@@ -120,3 +122,28 @@ def test_pools_keep_work_in_its_pools_and_quotas_per_pool(case: Case) -> None:
             key = (queue.name, pool)
             if used_before.get(key, 0.0) <= limit + TOLERANCE:
                 assert used_after.get(key, 0.0) <= limit + TOLERANCE, (key, limit)
+
+
+@CYCLE
+@given(pooled_cases())
+def test_work_refused_at_submit_for_its_pools_never_starts(case: Case) -> None:
+    # The server's never-fits check (engine.admission) must not refuse what a cycle would
+    # start: a workload that lists pools is judged on each pool's nodes and limits.
+    snapshot = case.snapshot
+    note(f"snapshot = {python_code(snapshot)}")
+    decisions = schedule(snapshot, case.config)
+    for workload in snapshot.workloads:
+        if workload.placements or not workload.node_pools:
+            continue
+        spec = WorkloadSpec(
+            workload.name,
+            workload.queue,
+            "u",
+            workload.task_groups,
+            min_available=workload.min_available,
+            node_selector=workload.node_selector,
+            node_pools=workload.node_pools,
+        )
+        problem = never_fits(spec, snapshot.nodes, snapshot.queues)
+        if problem is not None:
+            assert workload.name not in decisions.bindings, problem

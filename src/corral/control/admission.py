@@ -21,10 +21,11 @@ class Admission:
     last cycle saw, in memory; since a node or a queue may have changed after it, a refusal
     is made only once the store, read afresh, confirms it (refusals are rare, so the
     common path reads nothing). Without a cycle yet (or on a server that runs no
-    scheduler), or when none of the last cycle's nodes match the workload or its project
-    is newer than that cycle, the store is read, again only when its generation moved.
-    What the nodes hold is summed up once per shape and node selector (`Capacity`), so
-    that a check costs the same on 10 nodes as on 10,000."""
+    scheduler), or when none of the last cycle's nodes match the workload (in one of the
+    node pools it names) or its project is newer than that cycle, the store is read, again
+    only when its generation moved. What the nodes hold is summed up once per shape, node
+    selector and pools (`Capacity`), so that a check costs the same on 10 nodes as on
+    10,000."""
 
     def __init__(self, store: Store, kept: Callable[[], Shape | None] = lambda: None) -> None:
         self.store = store
@@ -53,11 +54,11 @@ class Admission:
         if kept is None:
             return False
         summary = self._summary(kept)
-        # When none of its nodes match, or its project is newer than that cycle, the
-        # store is asked.
+        # When none of its nodes match (in some pool it names), or its project is newer
+        # than that cycle, the store is asked.
         return (
             spec.project in summary.queues
-            and summary.capacity(spec.node_selector) is not None
+            and summary.matches(spec)
             and summary.never_fits(spec) is None
         )
 

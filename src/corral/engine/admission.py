@@ -10,12 +10,17 @@ scheduling cycle gives it as a pending reason (over the schedulable nodes it may
 in the pool it tries). When no node matches at all, nodes may still join, so the work is
 accepted and waits. Everything else (busy GPUs, a deserved quota in use, a required
 topology) is a wait, which `corral why` explains.
+
+A workload that names node pools runs in one of them, each a cluster of its own
+(`engine.pools`): it never runs when it never runs in any of them, each judged on its own
+nodes and with each queue's limit in that pool. A pool none of whose nodes it may use yet
+may still get some, so such a workload is accepted and waits, as for a selector.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral.model import Node, Queue
@@ -98,26 +103,48 @@ class Capacity:
         return slots
 
 
+# What the nodes a node selector allows in some node pools (all pools: none) hold.
+CapacityOf = Callable[[Mapping[str, tuple[str, ...]], tuple[str, ...]], Capacity | None]
+
+
 class Summary:
-    """A shape with its queues by name and its capacity per node selector, worked out
-    when first asked for, so that a check costs the same on 10 nodes as on 10,000."""
+    """A shape with its queues by name and its capacity per node selector and node pools,
+    worked out when first asked for, so that a check costs the same on 10 nodes as on
+    10,000."""
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape
         self.queues = {queue.name: queue for queue in shape[1]}
-        self._capacities: dict[tuple[tuple[str, tuple[str, ...]], ...], Capacity | None] = {}
+        self._capacities: dict[
+            tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[str, ...]], Capacity | None
+        ] = {}
 
-    def capacity(self, selector: Mapping[str, tuple[str, ...]]) -> Capacity | None:
-        """What the nodes `selector` allows hold; None when none match."""
-        key = tuple(sorted(selector.items()))
+    def capacity(
+        self, selector: Mapping[str, tuple[str, ...]], pools: tuple[str, ...] = ()
+    ) -> Capacity | None:
+        """What the nodes `selector` allows in `pools` (in any pool when empty) hold; None
+        when none match."""
+        key = (tuple(sorted(selector.items())), pools)
         if key not in self._capacities:
-            allowed = [node for node in self.shape[0] if selected(node, selector)]
+            allowed = [
+                node
+                for node in self.shape[0]
+                if selected(node, selector) and (not pools or node.pool in pools)
+            ]
             self._capacities[key] = Capacity.of(allowed)
         return self._capacities[key]
 
+    def matches(self, spec: WorkloadSpec) -> bool:
+        """Whether some node of the shape is one `spec` may use, in each pool it names:
+        else nodes that joined since may change the answer."""
+        if not spec.node_pools:
+            return self.capacity(spec.node_selector) is not None
+        selector = spec.node_selector
+        return all(self.capacity(selector, (pool,)) is not None for pool in spec.node_pools)
+
     def never_fits(self, spec: WorkloadSpec) -> Problem | None:
         """As the module's `never_fits`, on this shape."""
-        return _never_fits(spec, self.capacity(spec.node_selector), self.queues)
+        return _never_fits(spec, self.capacity, self.queues)
 
 
 def never_fits(
@@ -125,32 +152,102 @@ def never_fits(
 ) -> Problem | None:
     """Where and why `spec` can never run on `nodes` under `queues`' limits,
     or None when it may (perhaps after waiting)."""
-    allowed = [node for node in nodes if selected(node, spec.node_selector)]
-    return _never_fits(spec, Capacity.of(allowed), {queue.name: queue for queue in queues})
+    return Summary((tuple(nodes), tuple(queues))).never_fits(spec)
 
 
 def _never_fits(
-    spec: WorkloadSpec, allowed: Capacity | None, queues: Mapping[str, Queue]
+    spec: WorkloadSpec, capacity: CapacityOf, queues: Mapping[str, Queue]
 ) -> Problem | None:
     minimum = minimum_gang(spec)
+    if spec.node_pools:
+        return _never_fits_in_pools(spec, capacity, queues, minimum)
     need = sum(group.gpu * count for group, count in minimum)
     problem = _over_limit(spec.project, need, spec.min_available is not None, queues)
     if problem is not None:
         return problem
+    allowed = capacity(spec.node_selector, ())
     if allowed is None:
         return None
-    where = " matching its node selector" if spec.node_selector else ""
+    return _too_small(spec, minimum, allowed, _matching(spec))
+
+
+def _never_fits_in_pools(
+    spec: WorkloadSpec,
+    capacity: CapacityOf,
+    queues: Mapping[str, Queue],
+    minimum: Sequence[tuple[TaskGroup, int]],
+) -> Problem | None:
+    """Why `spec` never runs in any of its node pools, or None. Worded over its pools
+    together where that holds ("no node of pool a100 or h100 has 16 GPUs"), else pool by
+    pool, as the pending reason is ("pool a100: ...; pool h100: ...")."""
+    need = sum(group.gpu * count for group, count in minimum)
+    elastic = spec.min_available is not None
+    matching = _matching(spec)
+    pools = spec.node_pools
+    problems: list[Problem] = []
+    # Whether some pool is over a limit, and whether each has nodes it may use.
+    limited = False
+    everywhere = True
+    for pool in pools:
+        allowed = capacity(spec.node_selector, (pool,))
+        everywhere = everywhere and allowed is not None
+        problem = _over_limit(spec.project, need, elastic, queues, pool)
+        limited = limited or problem is not None
+        if problem is None:
+            if allowed is None:
+                return None
+            problem = _too_small(spec, minimum, allowed, f" of the pool{matching}")
+            if problem is None:
+                return None
+        problems.append(problem)
+    if len(pools) == 1 and limited:
+        path, message = problems[0]
+        return path, f"{message} in pool {pools[0]}"
+    together = capacity(spec.node_selector, pools) if everywhere else None
+    if together is not None:
+        # Too small for all its pools' nodes together is too small in each: said once.
+        problem = _too_small(spec, minimum, together, f" of pool {_either(pools)}{matching}")
+        if problem is not None:
+            return problem
+    paths = [path for path, _ in problems]
+    common = 0
+    while all(len(path) > common and path[common] == paths[0][common] for path in paths):
+        common += 1
+    parts = zip(pools, problems, strict=True)
+    text = "; ".join(f"pool {pool}: {message}" for pool, (_, message) in parts)
+    return paths[0][:common], text
+
+
+def _matching(spec: WorkloadSpec) -> str:
+    return " matching its node selector" if spec.node_selector else ""
+
+
+def _either(names: Sequence[str]) -> str:
+    """ "a", "a or b", "a, b or c"."""
+    if len(names) == 1:
+        return names[0]
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _too_small(
+    spec: WorkloadSpec,
+    minimum: Sequence[tuple[TaskGroup, int]],
+    allowed: Capacity,
+    where: str,
+) -> Problem | None:
+    """Why `spec` never runs on the `allowed` nodes (`where` they are, in the words of a
+    refusal): a task larger than each, or a minimum gang larger than all together."""
     for index, group in enumerate(spec.task_groups):
         reason = _too_big(group, allowed.largest, where)
         if reason is not None:
             return ("tasks", index, reason[0]), reason[1]
-    pool = allowed.gpus
-    if need > pool + EPSILON:
+    need = sum(group.gpu * count for group, count in minimum)
+    if need > allowed.gpus + EPSILON:
         count = sum(count for _, count in minimum)
         return (
             ("tasks",),
             f"the gang needs {plural_gpus(need)} at once ({count} tasks); all the nodes{where}"
-            f" have {plural_gpus(pool)} together",
+            f" have {plural_gpus(allowed.gpus)} together",
         )
     for group, count in minimum:
         if group.gpu >= 1:
@@ -217,14 +314,19 @@ def _too_big(group: TaskGroup, largest: Largest, where: str) -> tuple[str, str] 
 
 
 def _over_limit(
-    project: str, need: float, elastic: bool, by_name: Mapping[str, Queue]
+    project: str,
+    need: float,
+    elastic: bool,
+    by_name: Mapping[str, Queue],
+    pool: str | None = None,
 ) -> Problem | None:
-    """Why `need` GPUs at once exceed the GPU limit of the project or an ancestor."""
+    """Why `need` GPUs at once exceed the GPU limit of the project or an ancestor (its
+    limit in `pool`, when given: a gang runs in one pool)."""
     queue = by_name.get(project)
     seen: set[str] = set()
     while queue is not None and queue.name not in seen:
         seen.add(queue.name)
-        limit = queue.limit.gpu
+        limit = (queue.limit if pool is None else queue.quota_in(pool).limit).gpu
         if not math.isinf(limit) and need > limit + EPSILON:
             kind = "project" if queue.name == project else "department"
             what = "its minimum" if elastic else "it"

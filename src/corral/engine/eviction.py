@@ -137,7 +137,7 @@ class VictimSearch:
         """The first work of `leaf` started in this cycle, in `start_order`, that could
         make room for `ws` and may be taken off again (`Session.withdrawable`)."""
         session = self.session
-        starts = session.new_starts.get(leaf.name)
+        starts = session.new_starts_of(leaf.name)
         if not starts:
             return None
         # Work that may never be taken off again leaves the front of the line for good.

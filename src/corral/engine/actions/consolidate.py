@@ -139,6 +139,10 @@ class Consolidate:
     ) -> Placement | None:
         """Take movable workloads off one node (tentatively) until `task` fits there."""
         session = self.session
+        if not session.by_node:
+            # Only work that ran as the cycle began moves: with none (a cluster filling up
+            # from empty), no node has any, and ranking every node would find nothing.
+            return None
         config = session.config
         state = session.state
         group = ws.tasks[task]

@@ -333,6 +333,10 @@ class Reclaim:
         session = self.session
         targets = []
         by_node = session.by_node
+        if not by_node:
+            # Nothing ran as the cycle began (a cluster filling up from empty): no node
+            # holds any, and looking at every node would find nothing.
+            return []
         for node in session.placer.nodes_of(session.placer.allowed_for(ws)):
             name = node.name
             held = 0.0

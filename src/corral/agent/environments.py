@@ -46,6 +46,7 @@ from urllib.parse import urlparse
 
 from uv import find_uv_bin
 
+from corral.agent.filelocks import try_lock
 from corral.agent.identity import SAFE_PATH, Identity, identity_of, unreachable_parent
 from corral.model.spec import PythonEnv
 
@@ -267,18 +268,8 @@ class EnvironmentCache:
         finally:
             os.close(fd)
 
-    @contextlib.contextmanager
-    def _try_locked(self, key: str) -> Iterator[bool]:
-        fd = os.open(self._locks / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-            else:
-                yield True
-        finally:
-            os.close(fd)
+    def _try_locked(self, key: str) -> contextlib.AbstractContextManager[bool]:
+        return try_lock(self._locks / f"{key}.lock")
 
     def _discard(self, key: str) -> None:
         """Remove what there is of `key` (its lock held): the marker first, so that a

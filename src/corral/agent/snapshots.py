@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from corral.agent.filelocks import try_lock
 from corral.agent.planted import own_directory
 from corral.spec.snapshots import check
 
@@ -178,18 +179,8 @@ class SnapshotCache:
         finally:
             os.close(fd)
 
-    @contextlib.contextmanager
-    def _try_lock(self, key: str) -> Iterator[bool]:
-        fd = os.open(self._locks / key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-            else:
-                yield True
-        finally:
-            os.close(fd)
+    def _try_lock(self, key: str) -> contextlib.AbstractContextManager[bool]:
+        return try_lock(self._locks / key)
 
 
 def _key(digest: str) -> str:

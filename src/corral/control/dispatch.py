@@ -149,12 +149,13 @@ class Dispatcher:
         wake_scheduler: Callable[[], None],
         node_timeout: float = 30.0,
         reconcile_interval: float = 2.0,
+        code: CodeStore | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.data_dir = data_dir
-        # The projects' code snapshots, which agents ask for (`code`).
-        self.code_store = CodeStore(data_dir / "code")
+        # The projects' code snapshots, which agents ask for (`code`): the control plane's.
+        self.code_store = code or CodeStore(data_dir / "code")
         self.wake_scheduler = wake_scheduler
         self.node_timeout = node_timeout
         self.reconcile_interval = reconcile_interval

@@ -62,7 +62,9 @@ class ControlPlane:
         if cluster is not None:
             if data_dir is None:
                 raise ValueError("a cluster needs the data directory for logs and checkpoints")
-            self.dispatcher = Dispatcher(store, cluster, data_dir, self.loop.trigger, node_timeout)
+            self.dispatcher = Dispatcher(
+                store, cluster, data_dir, self.loop.trigger, node_timeout, code=self.code
+            )
             self.dispatcher.ended = self.changes.changed
             self.dispatcher.upkeep.append(
                 Upkeep(store, self.dispatcher.release, self.loop.trigger, self.loop.metrics)

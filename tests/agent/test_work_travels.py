@@ -172,7 +172,8 @@ step=0
 if [ -f "$ck" ]; then step=$(cat "$ck"); echo "resumed at $step"; fi
 echo "uid $(id -u) gid $(id -g) home $HOME"
 trap 'echo "$step" > "$ck"; echo "checkpointed at $step"; exit 0' TERM
-end=$((step + 30))
+# A first run lasts until it is preempted (a minute at most); the resumed one, 30 steps.
+if [ "$step" -gt 0 ]; then end=$((step + 30)); else end=600; fi
 while [ "$step" -lt "$end" ]; do step=$((step + 1)); sleep 0.1; done
 echo "done at $step"
 """
